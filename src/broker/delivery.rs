@@ -1,0 +1,149 @@
+//! The delivery loop behind one Subscribe stream: fetch what this consumer
+//! may hold, send it, then sleep until something can change that.
+
+use super::Broker;
+use super::ack_id;
+use crate::error::{Error, Result};
+use crate::store::TopicKeys;
+use crate::store::leases::{ConsumerSpec, Lease};
+use crate::store::stream::{Entry, GroupStart};
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// Most deliveries fetched in one script call.
+const FETCH_LIMIT: u32 = 500;
+/// Upper bound on a response, well under gRPC's usual 4 MiB receive limit.
+const MAX_RESPONSE_BYTES: usize = 3 * 1024 * 1024;
+/// Safety net: a stream looks again at least this often, in case a hint was lost.
+const RECHECK: Duration = Duration::from_secs(5);
+/// Shortest pause between two empty fetches.
+const MIN_WAIT: Duration = Duration::from_millis(5);
+
+/// What a Subscribe stream asks for, already validated.
+#[derive(Debug, Clone)]
+pub struct SubscribeOptions {
+    pub topic: String,
+    pub subscription: String,
+    /// The client's name for this consumer; may be empty.
+    pub consumer: String,
+    pub max_outstanding: u32,
+    pub ack_deadline: Duration,
+    pub start: GroupStart,
+}
+
+/// One message handed to a consumer.
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    pub ack_id: String,
+    pub entry: Entry,
+    /// 1 on first delivery, one higher on each redelivery.
+    pub attempt: u32,
+}
+
+pub(super) struct DeliveryLoop {
+    pub broker: Broker,
+    pub options: SubscribeOptions,
+    /// Unique name of this stream in the consumer group.
+    pub consumer: String,
+    pub sender: mpsc::Sender<Result<Vec<Delivery>>>,
+}
+
+impl DeliveryLoop {
+    #[tracing::instrument(skip_all, fields(topic = %self.options.topic, subscription = %self.options.subscription, consumer = %self.consumer))]
+    pub async fn run(self) {
+        let broker = &self.broker;
+        let keys = TopicKeys::new(&self.options.topic);
+        let mut topic = broker.wakeups.watch_topic(&self.options.topic);
+        let room = broker.wakeups.register_consumer(&self.consumer);
+        let spec = ConsumerSpec {
+            keys: &keys,
+            group: &self.options.subscription,
+            consumer: &self.consumer,
+            max_outstanding: self.options.max_outstanding,
+            lease: self.options.ack_deadline,
+        };
+        let limit = self.options.max_outstanding.min(FETCH_LIMIT);
+        tracing::debug!("stream opened");
+        loop {
+            topic.mark_seen();
+            let fetched = tokio::select! {
+                _ = broker.shutdown.cancelled() => break,
+                fetched = broker.store.fetch(&spec, limit) => fetched,
+            };
+            let fetched = match fetched {
+                Ok(fetched) => fetched,
+                Err(err) => {
+                    // Ends the stream; what it held stays pending and is redelivered.
+                    let _ = self.sender.send(Err(err)).await;
+                    break;
+                }
+            };
+            let count = fetched.deliveries.len() as u32;
+            if !self.send(fetched.deliveries).await {
+                break;
+            }
+            if count >= limit {
+                continue; // more may be waiting
+            }
+            let wait = fetched
+                .next_expiry
+                .unwrap_or(RECHECK)
+                .clamp(MIN_WAIT, RECHECK);
+            tokio::select! {
+                _ = broker.shutdown.cancelled() => break,
+                _ = self.sender.closed() => break,
+                _ = topic.changed() => {}
+                _ = room.notified() => {}
+                _ = tokio::time::sleep(wait) => {}
+            }
+        }
+        if broker.shutdown.is_cancelled() {
+            let _ = self.sender.try_send(Err(Error::ShuttingDown));
+        }
+        match broker
+            .store
+            .release_consumer(&keys, &self.options.subscription, &self.consumer)
+            .await
+        {
+            Ok(true) => tracing::debug!("stream closed"),
+            Ok(false) => {
+                tracing::debug!("stream closed with unacked messages, left for redelivery")
+            }
+            Err(err) => tracing::debug!(error = ?err, "stream closed, consumer not released"),
+        }
+    }
+
+    /// Sends deliveries in responses of bounded size; false when the stream is over.
+    async fn send(&self, deliveries: Vec<(Entry, u32)>) -> bool {
+        let mut batch = Vec::new();
+        let mut batch_bytes = 0;
+        let mut deliveries = deliveries.into_iter().peekable();
+        while let Some((entry, attempt)) = deliveries.next() {
+            batch_bytes += entry.wire_size();
+            let lease = Lease {
+                entry_id: entry.id.clone(),
+                consumer: self.consumer.clone(),
+                attempt,
+            };
+            batch.push(Delivery {
+                ack_id: ack_id::encode(&lease),
+                entry,
+                attempt,
+            });
+            let next_fits = deliveries
+                .peek()
+                .is_some_and(|(next, _)| batch_bytes + next.wire_size() <= MAX_RESPONSE_BYTES);
+            if !next_fits {
+                let sent = tokio::select! {
+                    _ = self.broker.shutdown.cancelled() => false,
+                    sent = self.sender.send(Ok(std::mem::take(&mut batch))) => sent.is_ok(),
+                };
+                if !sent {
+                    return false;
+                }
+                batch_bytes = 0;
+            }
+        }
+        true
+    }
+}

@@ -1,0 +1,335 @@
+//! Wake-ups for delivery loops, so that a Subscribe stream waits without
+//! polling and without a Redis connection of its own.
+//!
+//! - New entries: one watcher per topic with local subscribers blocks on
+//!   `XREAD` on a dedicated connection and bumps a `watch` channel that every
+//!   local stream of the topic waits on.
+//! - Room freed by an ack: the consumer's own `Notify` when it lives here,
+//!   else a hint to the other replicas.
+//! - Deliveries handed back (nack): the topic's channel here, and a hint.
+//!
+//! Hints travel on one Redis Pub/Sub channel. They are only hints: a lost one
+//! delays a delivery until the loop's next periodic check, never loses it.
+
+use crate::error::Result;
+use crate::store::{Store, TopicKeys};
+use futures::StreamExt;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+const RETRY_MIN: Duration = Duration::from_millis(100);
+const RETRY_MAX: Duration = Duration::from_secs(5);
+
+#[derive(Clone)]
+pub struct Wakeups {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Store,
+    topics: Mutex<HashMap<String, TopicWatcher>>,
+    consumers: Mutex<HashMap<String, Arc<Notify>>>,
+}
+
+struct TopicWatcher {
+    changes: watch::Sender<u64>,
+    subscribers: usize,
+    task: JoinHandle<()>,
+}
+
+/// A local stream's view of its topic; stops the watcher when the last one drops.
+pub struct TopicWatch {
+    changes: watch::Receiver<u64>,
+    topic: String,
+    wakeups: Wakeups,
+}
+
+/// A local consumer's wake-up for freed room; unregisters on drop.
+pub struct ConsumerWake {
+    notify: Arc<Notify>,
+    consumer: String,
+    wakeups: Wakeups,
+}
+
+enum Hint<'a> {
+    Topic(&'a str),
+    Consumer(&'a str),
+}
+
+impl Hint<'_> {
+    fn encode(&self) -> String {
+        match self {
+            Hint::Topic(topic) => format!("t:{topic}"),
+            Hint::Consumer(consumer) => format!("c:{consumer}"),
+        }
+    }
+
+    fn decode(text: &str) -> Option<Hint<'_>> {
+        match text.split_once(':')? {
+            ("t", topic) => Some(Hint::Topic(topic)),
+            ("c", consumer) => Some(Hint::Consumer(consumer)),
+            _ => None,
+        }
+    }
+}
+
+impl Wakeups {
+    pub fn new(store: Store) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                store,
+                topics: Mutex::default(),
+                consumers: Mutex::default(),
+            }),
+        }
+    }
+
+    /// Starts (or joins) the watcher of `topic`'s stream.
+    pub fn watch_topic(&self, topic: &str) -> TopicWatch {
+        let mut topics = self.inner.topics.lock().expect("wakeups lock");
+        let watcher = topics.entry(topic.to_owned()).or_insert_with(|| {
+            let (changes, _) = watch::channel(0);
+            let task = tokio::spawn(watch_stream(
+                self.inner.store.clone(),
+                TopicKeys::new(topic),
+                changes.clone(),
+            ));
+            TopicWatcher {
+                changes,
+                subscribers: 0,
+                task,
+            }
+        });
+        watcher.subscribers += 1;
+        TopicWatch {
+            changes: watcher.changes.subscribe(),
+            topic: topic.to_owned(),
+            wakeups: self.clone(),
+        }
+    }
+
+    pub fn register_consumer(&self, consumer: &str) -> ConsumerWake {
+        let notify = Arc::new(Notify::new());
+        self.inner
+            .consumers
+            .lock()
+            .expect("wakeups lock")
+            .insert(consumer.to_owned(), notify.clone());
+        ConsumerWake {
+            notify,
+            consumer: consumer.to_owned(),
+            wakeups: self.clone(),
+        }
+    }
+
+    /// Tells the consumers that held acked deliveries that they have room again.
+    pub async fn room_freed<'a>(&self, consumers: impl IntoIterator<Item = &'a str>) -> Result<()> {
+        let mut remote: Vec<&str> = Vec::new();
+        {
+            let local = self.inner.consumers.lock().expect("wakeups lock");
+            for consumer in consumers {
+                match local.get(consumer) {
+                    Some(notify) => notify.notify_one(),
+                    None if !remote.contains(&consumer) => remote.push(consumer),
+                    None => {}
+                }
+            }
+        }
+        for consumer in remote {
+            self.inner
+                .store
+                .publish_hint(&Hint::Consumer(consumer).encode())
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Tells every stream of `topic`, here and on other replicas, that
+    /// deliveries are ready again.
+    pub async fn deliveries_returned(&self, topic: &str) -> Result<()> {
+        self.wake_topic(topic);
+        self.inner
+            .store
+            .publish_hint(&Hint::Topic(topic).encode())
+            .await
+    }
+
+    fn wake_topic(&self, topic: &str) {
+        if let Some(watcher) = self.inner.topics.lock().expect("wakeups lock").get(topic) {
+            watcher.changes.send_modify(|n| *n += 1);
+        }
+    }
+
+    fn wake_everything(&self) {
+        for watcher in self.inner.topics.lock().expect("wakeups lock").values() {
+            watcher.changes.send_modify(|n| *n += 1);
+        }
+        for notify in self.inner.consumers.lock().expect("wakeups lock").values() {
+            notify.notify_one();
+        }
+    }
+
+    /// Background loop: receives other replicas' hints until shutdown.
+    pub async fn run_hint_listener(self, shutdown: CancellationToken) {
+        let mut retry = RETRY_MIN;
+        loop {
+            let mut pubsub = tokio::select! {
+                _ = shutdown.cancelled() => return,
+                connected = self.inner.store.pubsub() => match connected {
+                    Ok(pubsub) => pubsub,
+                    Err(err) => {
+                        tracing::debug!(error = ?err, "hint listener cannot connect");
+                        if sleep_or_shutdown(&mut retry, &shutdown).await { return; }
+                        continue;
+                    }
+                },
+            };
+            if let Err(err) = pubsub.subscribe(crate::store::keys::HINTS_CHANNEL).await {
+                tracing::debug!(error = ?err, "hint listener cannot subscribe");
+                if sleep_or_shutdown(&mut retry, &shutdown).await {
+                    return;
+                }
+                continue;
+            }
+            retry = RETRY_MIN;
+            // Hints sent while disconnected are lost: look at everything once.
+            self.wake_everything();
+            let mut messages = pubsub.on_message();
+            loop {
+                let message = tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    message = messages.next() => message,
+                };
+                let Some(message) = message else { break };
+                let payload: Vec<u8> = message.get_payload().unwrap_or_default();
+                match std::str::from_utf8(&payload).ok().and_then(Hint::decode) {
+                    Some(Hint::Topic(topic)) => self.wake_topic(topic),
+                    Some(Hint::Consumer(consumer)) => {
+                        if let Some(notify) = self
+                            .inner
+                            .consumers
+                            .lock()
+                            .expect("wakeups lock")
+                            .get(consumer)
+                        {
+                            notify.notify_one();
+                        }
+                    }
+                    None => tracing::debug!("ignoring malformed hint"),
+                }
+            }
+            tracing::debug!("hint listener disconnected");
+        }
+    }
+}
+
+/// Bumps `changes` whenever the topic's stream gets a new entry, reconnecting
+/// with backoff for as long as the topic has local subscribers.
+async fn watch_stream(store: Store, keys: TopicKeys, changes: watch::Sender<u64>) {
+    let mut retry = RETRY_MIN;
+    loop {
+        let Err(err) = follow_stream(&store, &keys, &changes, &mut retry).await;
+        tracing::debug!(error = ?err, stream = %keys.stream(), "stream watcher reconnecting");
+        tokio::time::sleep(retry).await;
+        retry = (retry * 2).min(RETRY_MAX);
+    }
+}
+
+async fn follow_stream(
+    store: &Store,
+    keys: &TopicKeys,
+    changes: &watch::Sender<u64>,
+    retry: &mut Duration,
+) -> Result<std::convert::Infallible> {
+    let mut conn = store.blocking_connection().await?;
+    let mut last = store.last_entry_id(&mut conn, keys).await?;
+    *retry = RETRY_MIN;
+    // Entries may have arrived while this watcher was (re)connecting.
+    changes.send_modify(|n| *n += 1);
+    loop {
+        if store.wait_for_entry_after(&mut conn, keys, &last).await? {
+            // Skip to the newest entry: the streams fetch in batches anyway.
+            last = store.last_entry_id(&mut conn, keys).await?;
+            changes.send_modify(|n| *n += 1);
+        }
+    }
+}
+
+/// Sleeps for the current backoff and doubles it; true when shutdown came first.
+async fn sleep_or_shutdown(retry: &mut Duration, shutdown: &CancellationToken) -> bool {
+    let stopped = tokio::select! {
+        _ = shutdown.cancelled() => true,
+        _ = tokio::time::sleep(*retry) => false,
+    };
+    *retry = (*retry * 2).min(RETRY_MAX);
+    stopped
+}
+
+impl TopicWatch {
+    /// Marks the current state seen; [`Self::changed`] then waits for the next change.
+    pub fn mark_seen(&mut self) {
+        self.changes.borrow_and_update();
+    }
+
+    /// Resolves once the topic changed after the last [`Self::mark_seen`].
+    pub async fn changed(&mut self) {
+        if self.changes.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+impl Drop for TopicWatch {
+    fn drop(&mut self) {
+        let mut topics = self.wakeups.inner.topics.lock().expect("wakeups lock");
+        if let Some(watcher) = topics.get_mut(&self.topic) {
+            watcher.subscribers -= 1;
+            if watcher.subscribers == 0 {
+                watcher.task.abort();
+                topics.remove(&self.topic);
+            }
+        }
+    }
+}
+
+impl ConsumerWake {
+    pub async fn notified(&self) {
+        self.notify.notified().await
+    }
+}
+
+impl Drop for ConsumerWake {
+    fn drop(&mut self) {
+        self.wakeups
+            .inner
+            .consumers
+            .lock()
+            .expect("wakeups lock")
+            .remove(&self.consumer);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hints_round_trip() {
+        let encoded = Hint::Topic("orders.eu").encode();
+        assert!(matches!(
+            Hint::decode(&encoded),
+            Some(Hint::Topic("orders.eu"))
+        ));
+        let encoded = Hint::Consumer("w-1").encode();
+        assert!(matches!(
+            Hint::decode(&encoded),
+            Some(Hint::Consumer("w-1"))
+        ));
+        assert!(Hint::decode("x:y").is_none());
+        assert!(Hint::decode("nothing").is_none());
+    }
+}

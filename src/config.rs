@@ -1,0 +1,181 @@
+//! Command line and environment configuration: every flag has a `REDQ_*`
+//! twin, and every value is checked before anything starts.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// `redq`: a gRPC message queue backed by Redis.
+#[derive(Debug, Parser)]
+#[command(name = "redq", version, about)]
+pub struct Cli {
+    /// Log format.
+    #[arg(long, env = "REDQ_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
+    pub log_format: LogFormat,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the gRPC server against an existing Redis.
+    Serve(ServeArgs),
+    /// Run a private redis-server and the gRPC server against it, for a first try.
+    Dev(DevArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address the gRPC server listens on.
+    #[arg(long, env = "REDQ_LISTEN", default_value = "0.0.0.0:50051")]
+    pub listen: SocketAddr,
+    /// Address of the HTTP endpoint serving /healthz and /readyz.
+    #[arg(long, env = "REDQ_METRICS_LISTEN", default_value = "0.0.0.0:9090")]
+    pub metrics_listen: SocketAddr,
+    /// Redis to keep messages in: redis://, rediss:// or unix:// URL.
+    #[arg(long, env = "REDQ_REDIS_URL", default_value = "redis://127.0.0.1:6379")]
+    pub redis_url: String,
+    #[command(flatten)]
+    pub settings: Settings,
+}
+
+#[derive(Debug, Args)]
+pub struct DevArgs {
+    /// Address the gRPC server listens on.
+    #[arg(long, env = "REDQ_LISTEN", default_value = "127.0.0.1:50051")]
+    pub listen: SocketAddr,
+    /// Address of the HTTP endpoint serving /healthz and /readyz.
+    #[arg(long, env = "REDQ_METRICS_LISTEN", default_value = "127.0.0.1:9090")]
+    pub metrics_listen: SocketAddr,
+    /// Directory for the private Redis' socket, log and append-only file.
+    #[arg(long, env = "REDQ_DEV_DIR", default_value = ".redq-dev")]
+    pub dir: PathBuf,
+    #[command(flatten)]
+    pub settings: Settings,
+}
+
+/// Server settings shared by `serve` and `dev`.
+#[derive(Debug, Clone, Args)]
+pub struct Settings {
+    /// Redis connections shared by all non-blocking commands.
+    #[arg(long, env = "REDQ_REDIS_POOL_SIZE", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub redis_pool_size: u32,
+    /// How long shutdown waits for in-flight calls before exiting anyway.
+    #[arg(long, env = "REDQ_DRAIN_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub drain_timeout: Duration,
+    #[command(flatten)]
+    pub limits: Limits,
+}
+
+/// Limits enforced on every request.
+#[derive(Debug, Clone, Args)]
+pub struct Limits {
+    /// Largest message payload, in bytes.
+    #[arg(long, env = "REDQ_MAX_PAYLOAD_BYTES", default_value_t = 1024 * 1024, value_parser = clap::value_parser!(u32).range(1..=64 * 1024 * 1024))]
+    pub max_payload_bytes: u32,
+    /// Most messages in one Publish call.
+    #[arg(long, env = "REDQ_MAX_BATCH_SIZE", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub max_batch_size: u32,
+    /// Most attributes on one message.
+    #[arg(long, env = "REDQ_MAX_ATTRIBUTES", default_value_t = 64, value_parser = clap::value_parser!(u32).range(0..=10_000))]
+    pub max_attributes: u32,
+    /// Largest attribute, key and value bytes together.
+    #[arg(long, env = "REDQ_MAX_ATTRIBUTE_BYTES", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=1024 * 1024))]
+    pub max_attribute_bytes: u32,
+    /// Ack deadline of a stream that does not ask for one.
+    #[arg(long, env = "REDQ_DEFAULT_ACK_DEADLINE", default_value = "30s", value_parser = parse_positive_duration)]
+    pub default_ack_deadline: Duration,
+    /// Longest ack deadline a stream or ModifyAckDeadline may ask for.
+    #[arg(long, env = "REDQ_MAX_ACK_DEADLINE", default_value = "10m", value_parser = parse_positive_duration)]
+    pub max_ack_deadline: Duration,
+    /// Outstanding (delivered, unacked) messages of a stream that does not ask.
+    #[arg(long, env = "REDQ_DEFAULT_MAX_OUTSTANDING", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
+    pub default_max_outstanding: u32,
+    /// Most outstanding messages a stream may ask for.
+    #[arg(long, env = "REDQ_MAX_OUTSTANDING_LIMIT", default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_outstanding_limit: u32,
+}
+
+impl Limits {
+    /// Checks the relations between limits that clap cannot check one flag at a time.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.default_ack_deadline > self.max_ack_deadline {
+            return Err(format!(
+                "--default-ack-deadline ({}) exceeds --max-ack-deadline ({})",
+                humantime::format_duration(self.default_ack_deadline),
+                humantime::format_duration(self.max_ack_deadline)
+            ));
+        }
+        if self.default_max_outstanding > self.max_outstanding_limit {
+            return Err(format!(
+                "--default-max-outstanding ({}) exceeds --max-outstanding-limit ({})",
+                self.default_max_outstanding, self.max_outstanding_limit
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_payload_bytes: 1024 * 1024,
+            max_batch_size: 1000,
+            max_attributes: 64,
+            max_attribute_bytes: 1024,
+            default_ack_deadline: Duration::from_secs(30),
+            max_ack_deadline: Duration::from_secs(600),
+            default_max_outstanding: 100,
+            max_outstanding_limit: 10_000,
+        }
+    }
+}
+
+fn parse_positive_duration(s: &str) -> Result<Duration, String> {
+    let duration = humantime::parse_duration(s).map_err(|e| e.to_string())?;
+    if duration.is_zero() {
+        return Err("must be greater than zero".into());
+    }
+    Ok(duration)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_consistent() {
+        assert_eq!(Limits::default().validate(), Ok(()));
+        let cli = Cli::parse_from(["redq", "serve"]);
+        let Command::Serve(serve) = cli.command else {
+            panic!("expected serve")
+        };
+        assert_eq!(serve.settings.limits.validate(), Ok(()));
+        assert_eq!(
+            serve.settings.limits.default_ack_deadline,
+            Limits::default().default_ack_deadline
+        );
+    }
+
+    #[test]
+    fn relations_between_limits_are_checked() {
+        let limits = Limits {
+            default_max_outstanding: 10,
+            max_outstanding_limit: 5,
+            ..Limits::default()
+        };
+        assert!(
+            limits
+                .validate()
+                .unwrap_err()
+                .contains("--max-outstanding-limit")
+        );
+    }
+}

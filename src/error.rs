@@ -1,0 +1,132 @@
+//! The domain error type and its one mapping to gRPC status codes.
+
+use tonic::{Code, Status};
+
+/// Everything that can go wrong in the broker, sorted by what a client can do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The request is wrong; `field` names the offending part of it.
+    #[error("{field}: {reason}")]
+    InvalidArgument { field: String, reason: String },
+    /// The named thing does not exist.
+    #[error("{0} not found")]
+    NotFound(String),
+    /// The caller no longer holds the lease on these deliveries.
+    #[error("lease lost for ack_ids {0:?}: the message was redelivered or acked")]
+    LeaseLost(Vec<String>),
+    /// Redis cannot be reached; the call is safe to retry.
+    #[error("redis unavailable")]
+    Unavailable(#[source] redis::RedisError),
+    /// No Redis connection could be taken from the pool in time.
+    #[error("redis connection pool exhausted or unreachable")]
+    PoolTimeout,
+    /// The server is shutting down; the call is safe to retry on another replica.
+    #[error("server is shutting down")]
+    ShuttingDown,
+    /// Redis answered something redq did not expect: a bug or a foreign write.
+    #[error("redis error")]
+    Redis(#[source] redis::RedisError),
+    /// Data in Redis that redq cannot decode.
+    #[error("corrupt data: {0}")]
+    Corrupt(String),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    pub fn invalid(field: impl Into<String>, reason: impl Into<String>) -> Self {
+        Error::InvalidArgument {
+            field: field.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+impl From<redis::RedisError> for Error {
+    fn from(err: redis::RedisError) -> Self {
+        // Connection-level failures are retryable; anything Redis itself
+        // rejected is a server fault worth a log line.
+        if err.is_io_error()
+            || err.is_timeout()
+            || err.is_connection_dropped()
+            || err.is_connection_refusal()
+            || err.is_unrecoverable_error()
+            || matches!(
+                err.kind(),
+                redis::ErrorKind::Server(
+                    redis::ServerErrorKind::BusyLoading
+                        | redis::ServerErrorKind::TryAgain
+                        | redis::ServerErrorKind::ClusterDown
+                        | redis::ServerErrorKind::MasterDown
+                )
+            )
+        {
+            Error::Unavailable(err)
+        } else {
+            Error::Redis(err)
+        }
+    }
+}
+
+impl From<bb8::RunError<redis::RedisError>> for Error {
+    fn from(err: bb8::RunError<redis::RedisError>) -> Self {
+        match err {
+            bb8::RunError::User(err) => err.into(),
+            bb8::RunError::TimedOut => Error::PoolTimeout,
+        }
+    }
+}
+
+impl From<Error> for Status {
+    fn from(err: Error) -> Self {
+        match &err {
+            Error::InvalidArgument { .. } => Status::invalid_argument(err.to_string()),
+            Error::NotFound(_) => Status::not_found(err.to_string()),
+            Error::LeaseLost(_) => Status::failed_precondition(err.to_string()),
+            Error::ShuttingDown => Status::unavailable(err.to_string()),
+            Error::Unavailable(_) | Error::PoolTimeout => {
+                tracing::warn!(error = ?err, "redis unavailable");
+                Status::unavailable("redis is unavailable, retry later")
+            }
+            Error::Redis(_) | Error::Corrupt(_) => {
+                tracing::error!(error = ?err, "internal error");
+                Status::new(Code::Internal, "internal error")
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_mistakes_keep_their_field() {
+        let status = Status::from(Error::invalid("messages[3].payload", "is empty"));
+        assert_eq!(status.code(), Code::InvalidArgument);
+        assert_eq!(status.message(), "messages[3].payload: is empty");
+    }
+
+    #[test]
+    fn lost_leases_are_failed_precondition() {
+        let status = Status::from(Error::LeaseLost(vec!["1-0/1/c".into()]));
+        assert_eq!(status.code(), Code::FailedPrecondition);
+        assert!(status.message().contains("1-0/1/c"));
+    }
+
+    #[test]
+    fn connection_failures_are_unavailable_without_redis_text() {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "secret detail");
+        let status = Status::from(Error::from(redis::RedisError::from(io)));
+        assert_eq!(status.code(), Code::Unavailable);
+        assert!(!status.message().contains("secret detail"));
+    }
+
+    #[test]
+    fn redis_rejections_are_internal_without_redis_text() {
+        let err = redis::RedisError::from((redis::ErrorKind::Client, "WRONGTYPE detail"));
+        let status = Status::from(Error::from(err));
+        assert_eq!(status.code(), Code::Internal);
+        assert!(!status.message().contains("WRONGTYPE"));
+    }
+}

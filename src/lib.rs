@@ -1,0 +1,44 @@
+//! redq: a gRPC message queue that keeps its messages in Redis.
+//!
+//! A request flows one way: [`grpc`] (validate, convert) → [`broker`] (the
+//! domain: publish, deliver, ack, leases) → [`store`] (one module per Redis
+//! structure, Lua scripts where steps must be atomic).
+//!
+//! - [`config`]: flags and `REDQ_*` variables.
+//! - [`server`]: wires the gRPC and HTTP servers and the background loops.
+//! - [`health`]: readiness from Redis reachability and loop liveness.
+//! - [`shutdown`]: the signals that start a graceful shutdown.
+//! - [`dev`]: `redq dev`, a private redis-server plus the server.
+
+pub mod broker;
+pub mod config;
+pub mod dev;
+pub mod error;
+pub mod grpc;
+pub mod health;
+pub mod server;
+pub mod shutdown;
+pub mod store;
+
+/// Code generated from `proto/redq/v1/*.proto`.
+pub mod pb {
+    tonic::include_proto!("redq.v1");
+
+    /// Encoded descriptors of redq's protos, served by gRPC reflection.
+    pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("redq_descriptor");
+}
+
+/// `redq serve`: checks the configuration, binds the listeners and runs
+/// until SIGTERM or SIGINT.
+pub async fn serve(args: config::ServeArgs) -> Result<(), server::BoxError> {
+    args.settings.limits.validate()?;
+    let store = store::Store::new(&args.redis_url, args.settings.redis_pool_size)
+        .map_err(|e| format!("--redis-url: {e}"))?;
+    let grpc = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| format!("--listen {}: {e}", args.listen))?;
+    let http = tokio::net::TcpListener::bind(args.metrics_listen)
+        .await
+        .map_err(|e| format!("--metrics-listen {}: {e}", args.metrics_listen))?;
+    server::run(grpc, http, store, args.settings, shutdown::signal()).await
+}

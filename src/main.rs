@@ -1,0 +1,51 @@
+//! The `redq` binary: parse configuration, set up logging, run a subcommand.
+
+use clap::Parser;
+use redq::config::{Cli, Command, LogFormat};
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) if !err.use_stderr() => {
+            let _ = err.print(); // --help, --version
+            return ExitCode::SUCCESS;
+        }
+        Err(err) => return fail(first_line(&err.to_string())),
+    };
+    init_tracing(cli.log_format);
+    let result = match cli.command {
+        Command::Serve(args) => redq::serve(args).await,
+        Command::Dev(args) => redq::dev::run(args).await,
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => fail(&err.to_string()),
+    }
+}
+
+fn fail(reason: &str) -> ExitCode {
+    eprintln!("redq: {reason}");
+    ExitCode::from(2)
+}
+
+/// clap explains errors over several lines; a bad config gets one.
+fn first_line(text: &str) -> &str {
+    let line = text.lines().next().unwrap_or(text);
+    line.strip_prefix("error: ").unwrap_or(line)
+}
+
+fn init_tracing(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}

@@ -1,0 +1,93 @@
+//! Wires the gRPC server, the HTTP health endpoint and the background loops,
+//! and runs them until the shutdown future resolves.
+
+use crate::broker::Broker;
+use crate::config::Settings;
+use crate::grpc::QueueApi;
+use crate::health::Health;
+use crate::pb;
+use crate::pb::queue_service_server::QueueServiceServer;
+use crate::store::Store;
+use std::future::Future;
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tokio_util::sync::CancellationToken;
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Serves gRPC on `grpc` and `/healthz`, `/readyz` on `http` until `shutdown`
+/// resolves, then drains for at most `settings.drain_timeout`.
+///
+/// Takes bound listeners so that callers (and tests) can bind port 0.
+pub async fn run(
+    grpc: TcpListener,
+    http: TcpListener,
+    store: Store,
+    settings: Settings,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), BoxError> {
+    let grpc_addr = grpc.local_addr()?;
+    let http_addr = http.local_addr()?;
+    let stop = CancellationToken::new();
+
+    let (reporter, health_service) = tonic_health::server::health_reporter();
+    let health = Health::new(reporter, stop.clone());
+    health.publish().await; // NOT_SERVING until Redis answers
+    let broker = Broker::new(store.clone(), stop.clone());
+    health.spawn_loop("redis-monitor", health.clone().run_monitor(store));
+    health.spawn_loop(
+        "hint-listener",
+        broker.wakeups().clone().run_hint_listener(stop.clone()),
+    );
+
+    // Both reflection versions: grpcurl 1.8 only speaks v1alpha.
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    let reflection_v1 = reflection().build_v1()?;
+    let reflection_v1alpha = reflection().build_v1alpha()?;
+    // Large enough that an oversize payload is reported as INVALID_ARGUMENT
+    // naming the message, not rejected as an undecodable request.
+    let max_request = (settings.limits.max_payload_bytes as usize * 2).max(16 * 1024 * 1024);
+    let queue = QueueServiceServer::new(QueueApi::new(broker, settings.limits.clone()))
+        .max_decoding_message_size(max_request);
+
+    let grpc_server = tonic::transport::Server::builder()
+        .add_service(health_service)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(queue)
+        .serve_with_incoming_shutdown(TcpListenerStream::new(grpc), stop.clone().cancelled_owned());
+    let http_server = axum::serve(http, health.http_routes())
+        .with_graceful_shutdown(stop.clone().cancelled_owned());
+
+    tracing::info!(%grpc_addr, metrics_addr = %http_addr, "serving");
+    let mut grpc_task = tokio::spawn(grpc_server);
+    let http_task = tokio::spawn(async move { http_server.await });
+
+    tokio::select! {
+        _ = shutdown => {}
+        result = &mut grpc_task => {
+            stop.cancel();
+            result??;
+            return Err("gRPC server stopped unexpectedly".into());
+        }
+    }
+
+    // Not ready first, so load balancers stop sending; then end the streams
+    // (their unacked messages stay pending for redelivery) and drain.
+    stop.cancel();
+    health.publish().await;
+    match tokio::time::timeout(settings.drain_timeout, grpc_task).await {
+        Ok(result) => result??,
+        Err(_) => tracing::warn!(
+            timeout = %humantime::format_duration(settings.drain_timeout),
+            "drain timeout reached, exiting with calls in flight"
+        ),
+    }
+    http_task.abort();
+    tracing::info!("stopped");
+    Ok(())
+}

@@ -1,0 +1,168 @@
+//! Deliveries and their leases: a consumer group's pending entries plus a
+//! ZSET of lease deadlines per subscription. A lease ends with an ack, or
+//! expires and the entry goes to the next consumer that fetches.
+
+use super::scripts::{EXTEND_LEASES, FETCH_DELIVERIES, PRUNE_CONSUMERS, RELEASE_CONSUMER};
+use super::stream::{Entry, as_array, as_int, decode_entry};
+use super::{Store, TopicKeys};
+use crate::error::{Error, Result};
+use redis::Value;
+use std::time::Duration;
+
+/// One delivery of an entry to a consumer: what an ack id stands for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    pub entry_id: String,
+    pub consumer: String,
+    /// Delivery count of the entry when it was handed to `consumer`.
+    pub attempt: u32,
+}
+
+/// What a consumer fetches.
+#[derive(Debug, Default)]
+pub struct Fetched {
+    pub deliveries: Vec<(Entry, u32)>,
+    /// Time until the next lease this consumer could take over expires.
+    pub next_expiry: Option<Duration>,
+}
+
+/// Which consumer of which subscription asks, and how much it may hold.
+#[derive(Debug, Clone)]
+pub struct ConsumerSpec<'a> {
+    pub keys: &'a TopicKeys,
+    pub group: &'a str,
+    pub consumer: &'a str,
+    pub max_outstanding: u32,
+    pub lease: Duration,
+}
+
+impl Store {
+    /// Hands `spec.consumer` up to `limit` deliveries: expired leases first, then
+    /// new entries, within its room; each gets a lease of `spec.lease`.
+    pub async fn fetch(&self, spec: &ConsumerSpec<'_>, limit: u32) -> Result<Fetched> {
+        let mut conn = self.connection().await?;
+        let reply: Value = FETCH_DELIVERIES
+            .key(spec.keys.stream())
+            .key(spec.keys.leases(spec.group))
+            .arg(spec.group)
+            .arg(spec.consumer)
+            .arg(spec.max_outstanding)
+            .arg(limit)
+            .arg(spec.lease.as_millis() as u64)
+            .invoke_async(&mut *conn)
+            .await
+            .map_err(group_missing_is_not_found)?;
+        let mut reply = as_array(reply)?.into_iter();
+        let wait = as_int(reply.next().unwrap_or(Value::Nil))?;
+        let mut deliveries = Vec::new();
+        for item in as_array(reply.next().unwrap_or(Value::Nil))? {
+            let mut parts = as_array(item)?.into_iter();
+            let (Some(id), Some(count), Some(fields)) = (parts.next(), parts.next(), parts.next())
+            else {
+                return Err(Error::Corrupt("short delivery in fetch reply".into()));
+            };
+            let attempt = u32::try_from(as_int(count)?).unwrap_or(u32::MAX);
+            deliveries.push((decode_entry(id, fields)?, attempt));
+        }
+        Ok(Fetched {
+            deliveries,
+            next_expiry: u64::try_from(wait).ok().map(Duration::from_millis),
+        })
+    }
+
+    /// Acknowledges entries: they leave the subscription's pending list for good.
+    pub async fn ack(&self, keys: &TopicKeys, group: &str, entry_ids: &[&str]) -> Result<()> {
+        let mut conn = self.connection().await?;
+        // One transaction so a crash cannot leave a lease without its entry
+        // (harmless, as the fetch script drops stale leases, but untidy).
+        let _: Value = redis::pipe()
+            .atomic()
+            .cmd("XACK")
+            .arg(keys.stream())
+            .arg(group)
+            .arg(entry_ids)
+            .cmd("ZREM")
+            .arg(keys.leases(group))
+            .arg(entry_ids)
+            .query_async(&mut *conn)
+            .await
+            .map_err(group_missing_is_not_found)?;
+        Ok(())
+    }
+
+    /// Sets each lease still held by its consumer to end `lease` from now
+    /// (zero: ready for redelivery). Returns, per lease, whether it was held.
+    pub async fn extend(
+        &self,
+        keys: &TopicKeys,
+        group: &str,
+        leases: &[Lease],
+        lease: Duration,
+    ) -> Result<Vec<bool>> {
+        let mut invocation = EXTEND_LEASES.key(keys.stream());
+        invocation
+            .key(keys.leases(group))
+            .arg(group)
+            .arg(lease.as_millis() as u64);
+        for held in leases {
+            invocation
+                .arg(&held.entry_id)
+                .arg(&held.consumer)
+                .arg(held.attempt);
+        }
+        let mut conn = self.connection().await?;
+        let reply: Vec<i64> = invocation
+            .invoke_async(&mut *conn)
+            .await
+            .map_err(group_missing_is_not_found)?;
+        Ok(reply.into_iter().map(|held| held == 1).collect())
+    }
+
+    /// Removes a consumer that holds nothing; one with pending entries stays
+    /// so that they are redelivered, not lost.
+    pub async fn release_consumer(
+        &self,
+        keys: &TopicKeys,
+        group: &str,
+        consumer: &str,
+    ) -> Result<bool> {
+        let mut conn = self.connection().await?;
+        let removed: i64 = RELEASE_CONSUMER
+            .key(keys.stream())
+            .arg(group)
+            .arg(consumer)
+            .invoke_async(&mut *conn)
+            .await?;
+        Ok(removed == 1)
+    }
+
+    /// Removes consumers that hold nothing and were idle longer than `idle`.
+    pub async fn prune_consumers(
+        &self,
+        keys: &TopicKeys,
+        group: &str,
+        idle: Duration,
+    ) -> Result<u64> {
+        let mut conn = self.connection().await?;
+        let removed: u64 = PRUNE_CONSUMERS
+            .key(keys.stream())
+            .arg(group)
+            .arg(idle.as_millis() as u64)
+            .invoke_async(&mut *conn)
+            .await?;
+        Ok(removed)
+    }
+}
+
+/// A missing consumer group means the subscription does not exist.
+fn group_missing_is_not_found(err: redis::RedisError) -> Error {
+    let missing = err.code() == Some("NOGROUP")
+        || err
+            .detail()
+            .is_some_and(|detail| detail.contains("NOGROUP"));
+    if missing {
+        Error::NotFound("subscription".into())
+    } else {
+        err.into()
+    }
+}

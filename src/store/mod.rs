@@ -1,0 +1,115 @@
+//! Redis storage: one module per Redis structure, each command or script in
+//! one place. Nothing above this module builds a key or sends a command.
+
+pub mod keys;
+pub mod leases;
+mod scripts;
+pub mod stream;
+
+use crate::error::Result;
+use bb8_redis::RedisConnectionManager;
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, Client};
+use std::time::Duration;
+
+pub use keys::TopicKeys;
+
+/// Longest time a blocking read waits in Redis before returning empty.
+pub const BLOCK: Duration = Duration::from_secs(5);
+
+/// Handle on Redis: a pool of multiplexed connections for ordinary commands,
+/// and the client to open dedicated connections for blocking reads and Pub/Sub.
+#[derive(Clone)]
+pub struct Store {
+    pool: bb8::Pool<RedisConnectionManager>,
+    client: Client,
+}
+
+/// A pooled connection, returned to the pool on drop.
+pub type PooledConnection<'a> = bb8::PooledConnection<'a, RedisConnectionManager>;
+
+impl Store {
+    /// Prepares connections to `url` without connecting: a server must start,
+    /// and report NOT_SERVING, while Redis is still unreachable.
+    pub fn new(url: &str, pool_size: u32) -> Result<Self, redis::RedisError> {
+        let client = Client::open(url)?;
+        let manager = RedisConnectionManager::new(url)?;
+        let pool = bb8::Pool::builder()
+            .max_size(pool_size)
+            .connection_timeout(Duration::from_secs(2))
+            .build_unchecked(manager);
+        Ok(Self { pool, client })
+    }
+
+    pub(crate) async fn connection(&self) -> Result<PooledConnection<'_>> {
+        Ok(self.pool.get().await?)
+    }
+
+    /// A connection of its own for blocking reads: they would stall every
+    /// command multiplexed behind them, and its response timeout must
+    /// outlast the block (redis-rs' default is 500 ms).
+    pub async fn blocking_connection(&self) -> Result<MultiplexedConnection> {
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(2)))
+            .set_response_timeout(Some(BLOCK + Duration::from_secs(5)));
+        Ok(self
+            .client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?)
+    }
+
+    /// A Pub/Sub connection, used for the hints replicas send each other.
+    pub async fn pubsub(&self) -> Result<redis::aio::PubSub> {
+        Ok(self.client.get_async_pubsub().await?)
+    }
+
+    /// Round trip to Redis, for health checks.
+    pub async fn ping(&self) -> Result<()> {
+        let mut conn = self.connection().await?;
+        let _: String = redis::cmd("PING").query_async(&mut *conn).await?;
+        Ok(())
+    }
+
+    /// Sends a hint to every replica.
+    pub async fn publish_hint(&self, hint: &str) -> Result<()> {
+        let mut conn = self.connection().await?;
+        let _: i64 = redis::cmd("PUBLISH")
+            .arg(keys::HINTS_CHANNEL)
+            .arg(hint)
+            .query_async(&mut *conn)
+            .await?;
+        Ok(())
+    }
+
+    /// Settings that decide whether Redis keeps what it acknowledged, as
+    /// `(name, value, advice)` for each one that does not; empty when Redis
+    /// will not say (CONFIG is often disabled on managed Redis).
+    pub async fn durability_warnings(&self) -> Result<Vec<(String, String, &'static str)>> {
+        let mut conn = self.connection().await?;
+        let mut warnings = Vec::new();
+        for (name, wanted, advice) in [
+            (
+                "appendonly",
+                "yes",
+                "acknowledged messages can be lost on a Redis restart",
+            ),
+            (
+                "maxmemory-policy",
+                "noeviction",
+                "Redis may evict messages under memory pressure",
+            ),
+        ] {
+            let reply: redis::RedisResult<Vec<String>> = redis::cmd("CONFIG")
+                .arg("GET")
+                .arg(name)
+                .query_async(&mut *conn)
+                .await;
+            if let Ok([_, value]) = reply.as_deref()
+                && value != wanted
+            {
+                warnings.push((name.to_owned(), value.clone(), advice));
+            }
+        }
+        Ok(warnings)
+    }
+}
