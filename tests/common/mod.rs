@@ -1,0 +1,879 @@
+//! Test harness: a private `redis-server` per test (`RedisServer`), the `redq`
+//! binary under test (`TestServer`), and small gRPC helpers shared by `tests/*.rs`.
+//!
+//! Every test gets its own temp dir, Unix socket and server processes, so tests run
+//! in parallel without sharing state and never touch a Redis on 6379. Readiness is
+//! always polled with a bound, never assumed after a fixed sleep; timeouts here only
+//! keep a broken build from hanging, they never assert speed.
+
+// Each test binary uses a different subset of the helpers.
+#![allow(dead_code)]
+// `..Default::default()` on proto messages keeps tests compiling when fields are added.
+#![allow(clippy::needless_update)]
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::SocketAddr;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use redq::pb;
+use redq::pb::queue_service_client::QueueServiceClient;
+use tempfile::TempDir;
+use tonic::transport::Channel;
+use tonic::{Code, Status, Streaming};
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+
+/// Bound for a process to come up (redis-server, redq).
+pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(20);
+/// Bound for something that should happen "soon" (a delivery, a health flip).
+pub const EVENTUALLY: Duration = Duration::from_secs(20);
+/// The gRPC service name redq registers with the health service.
+pub const QUEUE_SERVICE: &str = "redq.v1.QueueService";
+
+// ---------------------------------------------------------------------------
+// Redis
+// ---------------------------------------------------------------------------
+
+/// A private `redis-server` listening only on a Unix socket in its own temp dir.
+///
+/// Killed (SIGKILL) on drop. `kill` + `restart` reuse the same dir and socket, so
+/// a server pointed at `url()` sees "Redis went away and came back".
+pub struct RedisServer {
+    dir: TempDir,
+    child: Option<Child>,
+}
+
+impl RedisServer {
+    /// Starts a new Redis and waits until it answers PING.
+    pub fn start() -> Self {
+        let mut redis = Self::unstarted();
+        redis.launch();
+        redis
+    }
+
+    /// A temp dir and socket path with no Redis behind it yet; `launch` starts it.
+    pub fn unstarted() -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("redq-test-redis-")
+            .tempdir()
+            .expect("create temp dir for redis");
+        Self { dir, child: None }
+    }
+
+    /// Path of the Unix socket Redis listens on.
+    pub fn socket(&self) -> PathBuf {
+        self.dir.path().join("redis.sock")
+    }
+
+    /// `unix://` URL for `--redis-url`.
+    pub fn url(&self) -> String {
+        format!("unix://{}", self.socket().display())
+    }
+
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.path().join("redis.log")
+    }
+
+    /// Starts redis-server on this dir and socket (again) and waits for PING.
+    pub fn launch(&mut self) {
+        assert!(self.child.is_none(), "redis-server is already running");
+        // A socket file left by a SIGKILLed Redis would only refuse connections, but
+        // removing it keeps the readiness probe honest about the new process.
+        let _ = std::fs::remove_file(self.socket());
+        let child = Command::new("redis-server")
+            .arg("--save")
+            .arg("")
+            .args(["--appendonly", "yes"])
+            .args(["--port", "0"])
+            .arg("--unixsocket")
+            .arg(self.socket())
+            .args(["--unixsocketperm", "700"])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .arg("--logfile")
+            .arg(self.log_path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn redis-server (is it installed and on PATH?)");
+        self.child = Some(child);
+
+        let deadline = Instant::now() + STARTUP_TIMEOUT;
+        loop {
+            if redis_ping(&self.socket()) {
+                return;
+            }
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                self.child = None;
+                panic!(
+                    "redis-server exited with {status} before answering PING\n{}",
+                    self.log()
+                );
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "redis-server did not answer PING on {} within {STARTUP_TIMEOUT:?}\n{}",
+                    self.socket().display(),
+                    self.log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGKILLs Redis (the socket file stays behind and refuses connections).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Kills Redis if running, then starts it again on the same dir and socket.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.launch();
+    }
+
+    /// Whether something answers PING on the socket right now.
+    pub fn is_answering(&self) -> bool {
+        redis_ping(&self.socket())
+    }
+
+    /// The last `n` lines of the Redis log.
+    pub fn log_tail(&self, n: usize) -> String {
+        let log = self.log();
+        let lines: Vec<&str> = log.lines().collect();
+        let skip = lines.len().saturating_sub(n);
+        format!(
+            "---- redis log tail ({}) ----\n{}",
+            self.log_path().display(),
+            lines[skip..].join("\n")
+        )
+    }
+
+    /// Contents of the Redis log, for failure messages.
+    pub fn log(&self) -> String {
+        match std::fs::read_to_string(self.log_path()) {
+            Ok(text) => format!(
+                "---- redis log ({}) ----\n{text}",
+                self.log_path().display()
+            ),
+            Err(e) => format!("---- no redis log at {}: {e}", self.log_path().display()),
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        if std::thread::panicking() && self.child.is_some() {
+            eprintln!("{}", self.log_tail(20));
+        }
+        self.kill();
+    }
+}
+
+/// Sends `PING` over a Unix socket and reports whether `+PONG` came back.
+pub fn redis_ping(socket: &Path) -> bool {
+    let Ok(mut conn) = UnixStream::connect(socket) else {
+        return false;
+    };
+    let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
+    let _ = conn.set_write_timeout(Some(Duration::from_secs(2)));
+    if conn.write_all(b"PING\r\n").is_err() {
+        return false;
+    }
+    let mut buf = [0u8; 64];
+    match conn.read(&mut buf) {
+        Ok(n) => buf[..n].starts_with(b"+PONG"),
+        Err(_) => false,
+    }
+}
+
+// ---------------------------------------------------------------------------
+// redq server process
+// ---------------------------------------------------------------------------
+
+/// Path of the `redq` binary cargo built for these tests.
+pub fn redq_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_redq")
+}
+
+/// Stderr lines of a child process, collected by a background thread that keeps
+/// draining the pipe so the child never blocks on a full pipe.
+#[derive(Clone, Default)]
+pub struct LogLines(Arc<Mutex<Vec<String>>>);
+
+impl LogLines {
+    pub fn lines(&self) -> Vec<String> {
+        self.0.lock().unwrap().clone()
+    }
+
+    pub fn text(&self) -> String {
+        self.lines().join("\n")
+    }
+
+    fn push(&self, line: String) {
+        self.0.lock().unwrap().push(line);
+    }
+}
+
+/// Spawns the thread that drains `stderr` into `log` and calls `on_line` per line.
+fn drain_stderr(
+    stderr: impl Read + Send + 'static,
+    log: LogLines,
+    mut on_line: impl FnMut(&str) + Send + 'static,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut reader = BufReader::new(stderr);
+        let mut buf = Vec::new();
+        loop {
+            buf.clear();
+            match reader.read_until(b'\n', &mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    let line = strip_ansi(String::from_utf8_lossy(&buf).trim_end());
+                    on_line(&line);
+                    log.push(line);
+                }
+            }
+        }
+    })
+}
+
+/// Removes ANSI colour escapes (tracing colours field names when it thinks it may).
+pub fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            if chars.peek() == Some(&'[') {
+                chars.next();
+                // CSI: parameters and intermediates, then one final byte in @..~.
+                for c in chars.by_ref() {
+                    if ('@'..='~').contains(&c) {
+                        break;
+                    }
+                }
+            }
+            continue;
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Finds `key=<ip:port>` (or JSON `"key":"<ip:port>"`) in a log line.
+pub fn find_addr(line: &str, key: &str) -> Option<SocketAddr> {
+    for token in line.split(|c: char| c.is_whitespace() || c == ',' || c == '{' || c == '}') {
+        let token = token.trim();
+        let value = if let Some(v) = token.strip_prefix(&format!("{key}=")) {
+            v
+        } else if let Some(v) = token.strip_prefix(&format!("\"{key}\":")) {
+            v
+        } else {
+            continue;
+        };
+        if let Ok(addr) = value.trim_matches('"').parse() {
+            return Some(addr);
+        }
+    }
+    None
+}
+
+/// Removes inherited `REDQ_*` variables so a developer's shell can't change a test.
+fn clean_env(cmd: &mut Command) {
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("REDQ_") {
+            cmd.env_remove(key);
+        }
+    }
+    cmd.env("NO_COLOR", "1");
+}
+
+/// A running `redq` process (`serve` or `dev`) with its stderr collected.
+pub struct TestServer {
+    child: Child,
+    pub grpc_addr: SocketAddr,
+    pub metrics_addr: SocketAddr,
+    log: LogLines,
+    exit: Option<ExitStatus>,
+}
+
+impl TestServer {
+    /// `redq serve --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --redis-url <url> <extra>`.
+    pub async fn start(redis_url: &str, extra: &[&str]) -> Self {
+        let mut args: Vec<String> = [
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--redis-url",
+            redis_url,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        Self::spawn(&args, &[]).await
+    }
+
+    /// Spawns `redq <args>` with extra env vars and waits for its
+    /// `grpc_addr=… metrics_addr=…` line (panics with the collected stderr otherwise).
+    pub async fn spawn(args: &[String], envs: &[(&str, &str)]) -> Self {
+        let mut cmd = Command::new(redq_bin());
+        cmd.args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        clean_env(&mut cmd);
+        for (k, v) in envs {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("spawn redq");
+        let log = LogLines::default();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let mut tx = Some(tx);
+        drain_stderr(child.stderr.take().unwrap(), log.clone(), move |line| {
+            if let (Some(g), Some(m)) = (
+                find_addr(line, "grpc_addr"),
+                find_addr(line, "metrics_addr"),
+            ) && let Some(tx) = tx.take()
+            {
+                let _ = tx.send((g, m));
+            }
+        });
+
+        match tokio::time::timeout(STARTUP_TIMEOUT, rx).await {
+            Ok(Ok((grpc_addr, metrics_addr))) => Self {
+                child,
+                grpc_addr,
+                metrics_addr,
+                log,
+                exit: None,
+            },
+            outcome => {
+                let why = match outcome {
+                    Ok(Err(_)) => "stderr closed (process exited?)".to_string(),
+                    _ => format!("no grpc_addr/metrics_addr line within {STARTUP_TIMEOUT:?}"),
+                };
+                let _ = child.kill();
+                let status = child.wait();
+                // Give the drain thread a moment to collect the last lines.
+                std::thread::sleep(Duration::from_millis(100));
+                panic!(
+                    "redq {args:?} did not start: {why}; exit: {status:?}\n---- redq stderr ----\n{}",
+                    log.text()
+                );
+            }
+        }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// Collected stderr lines so far.
+    pub fn log(&self) -> String {
+        self.log.text()
+    }
+
+    pub fn grpc_url(&self) -> String {
+        format!("http://{}", self.grpc_addr)
+    }
+
+    /// A connected QueueService client.
+    pub async fn client(&self) -> QueueServiceClient<Channel> {
+        QueueServiceClient::connect(self.grpc_url())
+            .await
+            .unwrap_or_else(|e| panic!("connect to {}: {e}\n{}", self.grpc_addr, self.log()))
+    }
+
+    /// A connected gRPC channel, for clients without a `connect` of their own
+    /// (health, reflection).
+    pub async fn channel(&self) -> Channel {
+        Channel::from_shared(self.grpc_url())
+            .expect("valid url")
+            .connect()
+            .await
+            .unwrap_or_else(|e| panic!("connect to {}: {e}\n{}", self.grpc_addr, self.log()))
+    }
+
+    /// A connected gRPC health client.
+    pub async fn health(&self) -> HealthClient<Channel> {
+        HealthClient::new(self.channel().await)
+    }
+
+    /// Health status of `service` ("" = the whole server).
+    pub async fn health_status(&self, service: &str) -> Result<ServingStatus, Status> {
+        let mut health = self.health().await;
+        let resp = health
+            .check(HealthCheckRequest {
+                service: service.to_string(),
+            })
+            .await?
+            .into_inner();
+        Ok(ServingStatus::try_from(resp.status).unwrap_or(ServingStatus::Unknown))
+    }
+
+    /// Polls health of `service` until it is `want` (panics after `EVENTUALLY`).
+    pub async fn wait_health(&self, service: &str, want: ServingStatus) {
+        let deadline = Instant::now() + EVENTUALLY;
+        loop {
+            let got = self.health_status(service).await;
+            if matches!(&got, Ok(s) if *s == want) {
+                return;
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "health of {service:?} is {got:?}, expected {want:?} within {EVENTUALLY:?}\n---- redq stderr ----\n{}",
+                    self.log()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// `wait_health(…, Serving)` for the server and the queue service.
+    pub async fn wait_serving(&self) {
+        self.wait_health("", ServingStatus::Serving).await;
+        self.wait_health(QUEUE_SERVICE, ServingStatus::Serving)
+            .await;
+    }
+
+    /// SIGKILL, no cleanup.
+    pub fn kill9(&mut self) {
+        if self.exit.is_none() {
+            let _ = self.child.kill();
+            self.exit = self.child.wait().ok();
+        }
+    }
+
+    pub fn signal(&self, signal: libc::c_int) {
+        // SAFETY: kill(2) on our own child's pid; no memory is involved.
+        let rc = unsafe { libc::kill(self.pid(), signal) };
+        assert_eq!(rc, 0, "kill({}, {signal}) failed", self.pid());
+    }
+
+    pub fn sigterm(&self) {
+        self.signal(libc::SIGTERM);
+    }
+
+    pub fn sigint(&self) {
+        self.signal(libc::SIGINT);
+    }
+
+    /// Waits up to `timeout` for the process to exit; `None` if it is still running.
+    pub async fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.exit {
+                return Some(status);
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                self.exit = Some(status);
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if self.exit.is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        if std::thread::panicking() {
+            eprintln!(
+                "---- redq (pid {}, grpc {}) stderr ----\n{}",
+                self.child.id(),
+                self.grpc_addr,
+                self.log()
+            );
+        }
+    }
+}
+
+/// Runs `redq <args>` that is expected to exit by itself (e.g. a bad flag) and
+/// returns its exit status (None if it was still running after `timeout` and got
+/// killed) and its stderr lines.
+pub fn run_to_exit(
+    args: &[&str],
+    envs: &[(&str, &str)],
+    timeout: Duration,
+) -> (Option<ExitStatus>, Vec<String>) {
+    let mut cmd = Command::new(redq_bin());
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    clean_env(&mut cmd);
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().expect("spawn redq");
+    let log = LogLines::default();
+    let drain = drain_stderr(child.stderr.take().unwrap(), log.clone(), |_| {});
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            break Some(status);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let _ = drain.join();
+    (status, log.lines())
+}
+
+// ---------------------------------------------------------------------------
+// gRPC helpers
+// ---------------------------------------------------------------------------
+
+pub type Client = QueueServiceClient<Channel>;
+
+/// A protobuf Duration from a std one.
+pub fn pb_duration(d: Duration) -> prost_types::Duration {
+    prost_types::Duration {
+        seconds: d.as_secs() as i64,
+        nanos: d.subsec_nanos() as i32,
+    }
+}
+
+/// A message with just a payload.
+pub fn message(payload: impl Into<Bytes>) -> pb::PublishMessage {
+    pb::PublishMessage {
+        payload: payload.into(),
+        ..Default::default()
+    }
+}
+
+/// Publishes one message per payload and returns the ids (one per payload).
+pub async fn publish<P: Into<Bytes>>(
+    client: &mut Client,
+    topic: &str,
+    payloads: impl IntoIterator<Item = P>,
+) -> Vec<String> {
+    let messages: Vec<_> = payloads.into_iter().map(message).collect();
+    let n = messages.len();
+    let ids = client
+        .publish(pb::PublishRequest {
+            topic: topic.to_string(),
+            messages,
+        })
+        .await
+        .unwrap_or_else(|s| panic!("publish to {topic}: {s:?}"))
+        .into_inner()
+        .message_ids;
+    assert_eq!(ids.len(), n, "one id per published message");
+    ids
+}
+
+/// `n` distinct payloads `"{prefix}-{i}"`.
+pub fn payloads(prefix: &str, n: usize) -> Vec<Bytes> {
+    (0..n)
+        .map(|i| Bytes::from(format!("{prefix}-{i}")))
+        .collect()
+}
+
+/// Options of a Subscribe call; `Default` = server defaults.
+#[derive(Clone, Debug, Default)]
+pub struct Sub {
+    pub consumer: String,
+    pub max_outstanding: u32,
+    pub ack_deadline: Option<Duration>,
+    pub start: pb::StartPosition,
+}
+
+impl Sub {
+    pub fn deadline(d: Duration) -> Self {
+        Self {
+            ack_deadline: Some(d),
+            ..Default::default()
+        }
+    }
+
+    pub fn max_outstanding(mut self, n: u32) -> Self {
+        self.max_outstanding = n;
+        self
+    }
+
+    pub fn consumer(mut self, name: &str) -> Self {
+        self.consumer = name.to_string();
+        self
+    }
+
+    pub fn latest(mut self) -> Self {
+        self.start = pb::StartPosition::Latest;
+        self
+    }
+
+    pub fn request(&self, topic: &str, subscription: &str) -> pb::SubscribeRequest {
+        pb::SubscribeRequest {
+            topic: topic.to_string(),
+            subscription: subscription.to_string(),
+            consumer: self.consumer.clone(),
+            max_outstanding_messages: self.max_outstanding,
+            ack_deadline: self.ack_deadline.map(pb_duration),
+            start: self.start as i32,
+            ..Default::default()
+        }
+    }
+}
+
+/// Opens a Subscribe stream (returns once the server has answered the call).
+pub async fn subscribe(
+    client: &mut Client,
+    topic: &str,
+    subscription: &str,
+    opts: Sub,
+) -> Streaming<pb::SubscribeResponse> {
+    client
+        .subscribe(opts.request(topic, subscription))
+        .await
+        .unwrap_or_else(|s| panic!("subscribe {topic}/{subscription}: {s:?}"))
+        .into_inner()
+}
+
+/// Collects messages until at least `n` arrived or `timeout` passed; returns what
+/// it got (possibly more than `n` if the last response carried several). Panics if
+/// the stream fails.
+pub async fn next_messages(
+    stream: &mut Streaming<pb::SubscribeResponse>,
+    n: usize,
+    timeout: Duration,
+) -> Vec<pb::ReceivedMessage> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut got = Vec::new();
+    while got.len() < n {
+        match tokio::time::timeout_at(deadline, stream.message()).await {
+            Err(_elapsed) => break,
+            Ok(Ok(Some(resp))) => got.extend(resp.messages),
+            Ok(Ok(None)) => break,
+            Ok(Err(status)) => panic!(
+                "subscribe stream failed after {} messages: {status:?}",
+                got.len()
+            ),
+        }
+    }
+    got
+}
+
+/// Like `next_messages` but panics unless at least `n` arrived within `EVENTUALLY`.
+pub async fn expect_messages(
+    stream: &mut Streaming<pb::SubscribeResponse>,
+    n: usize,
+) -> Vec<pb::ReceivedMessage> {
+    let got = next_messages(stream, n, EVENTUALLY).await;
+    assert!(
+        got.len() >= n,
+        "expected {n} messages within {EVENTUALLY:?}, got {}: {:?}",
+        got.len(),
+        ids_of(&got)
+    );
+    got
+}
+
+/// Asserts the stream delivers no message for `dur` (empty responses are ignored;
+/// the stream ending or failing is a failure too).
+pub async fn assert_no_message_within(
+    stream: &mut Streaming<pb::SubscribeResponse>,
+    dur: Duration,
+) {
+    let deadline = tokio::time::Instant::now() + dur;
+    loop {
+        match tokio::time::timeout_at(deadline, stream.message()).await {
+            Err(_elapsed) => return,
+            Ok(Ok(Some(resp))) if resp.messages.is_empty() => continue,
+            Ok(Ok(Some(resp))) => panic!(
+                "expected no message within {dur:?}, got {:?}",
+                resp.messages
+                    .iter()
+                    .map(|m| (id_of(m), m.delivery_attempt))
+                    .collect::<Vec<_>>()
+            ),
+            Ok(Ok(None)) => panic!("stream ended while waiting for no message"),
+            Ok(Err(status)) => panic!("stream failed while waiting for no message: {status:?}"),
+        }
+    }
+}
+
+/// Reads from several streams at once until `total` messages arrived across them
+/// or `timeout` passed; returns the messages per stream.
+pub async fn collect_from_all(
+    streams: &mut [Streaming<pb::SubscribeResponse>],
+    total: usize,
+    timeout: Duration,
+) -> Vec<Vec<pb::ReceivedMessage>> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut got: Vec<Vec<pb::ReceivedMessage>> = vec![Vec::new(); streams.len()];
+    while got.iter().map(Vec::len).sum::<usize>() < total {
+        let reads = streams
+            .iter_mut()
+            .enumerate()
+            .map(|(i, s)| Box::pin(async move { (i, s.message().await) }));
+        let next = tokio::time::timeout_at(deadline, futures::future::select_all(reads)).await;
+        match next {
+            Err(_elapsed) => break,
+            Ok(((i, Ok(Some(resp))), _, _)) => got[i].extend(resp.messages),
+            Ok(((i, Ok(None)), _, _)) => panic!("stream {i} ended while collecting"),
+            Ok(((i, Err(status)), _, _)) => {
+                panic!("stream {i} failed while collecting: {status:?}")
+            }
+        }
+    }
+    got
+}
+
+/// The message id of a delivery.
+pub fn id_of(m: &pb::ReceivedMessage) -> String {
+    m.message.as_ref().map(|m| m.id.clone()).unwrap_or_default()
+}
+
+pub fn ids_of(ms: &[pb::ReceivedMessage]) -> Vec<String> {
+    ms.iter().map(id_of).collect()
+}
+
+pub fn ack_ids_of(ms: &[pb::ReceivedMessage]) -> Vec<String> {
+    ms.iter().map(|m| m.ack_id.clone()).collect()
+}
+
+pub async fn ack(
+    client: &mut Client,
+    topic: &str,
+    subscription: &str,
+    ack_ids: Vec<String>,
+) -> Result<(), Status> {
+    client
+        .ack(pb::AckRequest {
+            topic: topic.to_string(),
+            subscription: subscription.to_string(),
+            ack_ids,
+            ..Default::default()
+        })
+        .await
+        .map(|_| ())
+}
+
+pub async fn nack(
+    client: &mut Client,
+    topic: &str,
+    subscription: &str,
+    ack_ids: Vec<String>,
+) -> Result<(), Status> {
+    client
+        .nack(pb::NackRequest {
+            topic: topic.to_string(),
+            subscription: subscription.to_string(),
+            ack_ids,
+            ..Default::default()
+        })
+        .await
+        .map(|_| ())
+}
+
+pub async fn modify_ack_deadline(
+    client: &mut Client,
+    topic: &str,
+    subscription: &str,
+    ack_ids: Vec<String>,
+    deadline: Duration,
+) -> Result<(), Status> {
+    client
+        .modify_ack_deadline(pb::ModifyAckDeadlineRequest {
+            topic: topic.to_string(),
+            subscription: subscription.to_string(),
+            ack_ids,
+            ack_deadline: Some(pb_duration(deadline)),
+            ..Default::default()
+        })
+        .await
+        .map(|_| ())
+}
+
+/// Asserts `result` is an error with `code` whose message names `field`.
+#[track_caller]
+pub fn assert_status<T: std::fmt::Debug>(result: Result<T, Status>, code: Code, field: &str) {
+    match result {
+        Ok(v) => panic!("expected {code:?} naming {field:?}, got Ok({v:?})"),
+        Err(s) => {
+            assert_eq!(s.code(), code, "status for {field:?}: {s:?}");
+            assert!(
+                s.message().contains(field),
+                "status message should name {field:?}: {:?}",
+                s.message()
+            );
+        }
+    }
+}
+
+/// `GET <path>` over HTTP/1.0; returns the status code.
+pub async fn http_get(addr: SocketAddr, path: &str) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let exchange = async {
+        let mut conn = tokio::net::TcpStream::connect(addr).await?;
+        conn.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+            .await?;
+        let mut response = Vec::new();
+        conn.read_to_end(&mut response).await?;
+        Ok::<_, std::io::Error>(response)
+    };
+    let response = tokio::time::timeout(Duration::from_secs(10), exchange)
+        .await
+        .unwrap_or_else(|_| panic!("GET {path} on {addr} timed out"))
+        .unwrap_or_else(|e| panic!("GET {path} on {addr}: {e}"));
+    let head = String::from_utf8_lossy(&response);
+    let status_line = head.lines().next().unwrap_or_default();
+    status_line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("GET {path} on {addr}: no status line in {head:?}"))
+}
+
+/// Polls `GET path` until it returns `want` (panics after `EVENTUALLY`).
+pub async fn wait_http_status(addr: SocketAddr, path: &str, want: u16) {
+    let deadline = Instant::now() + EVENTUALLY;
+    loop {
+        let got = http_get(addr, path).await;
+        if got == want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "GET {path} on {addr} is {got}, expected {want}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Counts deliveries per message id.
+pub fn count_by_id(ms: &[pb::ReceivedMessage]) -> HashMap<String, usize> {
+    let mut counts = HashMap::new();
+    for m in ms {
+        *counts.entry(id_of(m)).or_insert(0) += 1;
+    }
+    counts
+}

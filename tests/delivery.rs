@@ -1,0 +1,246 @@
+//! Delivery: publish → subscribe → ack, fan-out across subscriptions, start
+//! positions, and load-sharing between the consumers of one subscription.
+
+#![allow(clippy::needless_update)]
+
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use common::*;
+use redq::pb;
+
+const TOPIC: &str = "orders";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publish_subscribe_ack_round_trip() {
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis.url(), &[]).await;
+    let mut client = server.client().await;
+
+    let before = SystemTime::now();
+    let sent: Vec<pb::PublishMessage> = (0..3)
+        .map(|i| pb::PublishMessage {
+            payload: Bytes::from(format!("payload-{i}")),
+            attributes: HashMap::from([
+                ("k".to_string(), format!("v{i}")),
+                ("kind".to_string(), "test".to_string()),
+            ]),
+            ordering_key: format!("key-{i}"),
+            ..Default::default()
+        })
+        .collect();
+    let ids = client
+        .publish(pb::PublishRequest {
+            topic: TOPIC.to_string(),
+            messages: sent.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect("publish")
+        .into_inner()
+        .message_ids;
+    let after = SystemTime::now();
+    assert_eq!(ids.len(), 3, "one id per message");
+    assert_eq!(
+        ids.iter().collect::<HashSet<_>>().len(),
+        3,
+        "ids are distinct: {ids:?}"
+    );
+    assert!(ids.iter().all(|id| !id.is_empty()));
+
+    let deadline = Duration::from_secs(1);
+    let mut stream = subscribe(&mut client, TOPIC, "billing", Sub::deadline(deadline)).await;
+    let got = expect_messages(&mut stream, 3).await;
+    assert_eq!(
+        got.len(),
+        3,
+        "exactly the published messages: {:?}",
+        ids_of(&got)
+    );
+
+    // Ids come back in request order: the i-th id belongs to the i-th payload.
+    for received in &got {
+        let m = received.message.as_ref().expect("message set");
+        let i = ids
+            .iter()
+            .position(|id| *id == m.id)
+            .unwrap_or_else(|| panic!("unknown id {}", m.id));
+        assert_eq!(m.payload, sent[i].payload, "payload of {}", m.id);
+        assert_eq!(m.attributes, sent[i].attributes, "attributes of {}", m.id);
+        assert_eq!(
+            m.ordering_key, sent[i].ordering_key,
+            "ordering_key of {}",
+            m.id
+        );
+        assert_eq!(received.delivery_attempt, 1, "first delivery of {}", m.id);
+        assert!(!received.ack_id.is_empty(), "ack_id of {}", m.id);
+        let t = m.publish_time.expect("publish_time set");
+        let published = UNIX_EPOCH + Duration::new(t.seconds as u64, t.nanos as u32);
+        // A clock sanity window, not a speed check: same machine, same clock.
+        let slack = Duration::from_secs(60);
+        assert!(
+            published + slack >= before && published <= after + slack,
+            "publish_time {published:?} is not around the publish call ({before:?}..{after:?})"
+        );
+    }
+    let ack_ids = ack_ids_of(&got);
+    assert_eq!(
+        ack_ids.iter().collect::<HashSet<_>>().len(),
+        3,
+        "ack ids are distinct"
+    );
+
+    ack(&mut client, TOPIC, "billing", ack_ids)
+        .await
+        .expect("ack");
+    // Well past the 1 s deadline (and a reclaimer pass): acked messages stay acked.
+    assert_no_message_within(&mut stream, deadline * 3).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_subscription_gets_every_message() {
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis.url(), &[]).await;
+    let mut client = server.client().await;
+
+    let ids = publish(&mut client, TOPIC, payloads("m", 5)).await;
+    let want: HashSet<String> = ids.iter().cloned().collect();
+
+    let mut a = subscribe(&mut client, TOPIC, "sub-a", Sub::default()).await;
+    let mut b = subscribe(&mut client, TOPIC, "sub-b", Sub::default()).await;
+    let got_a = expect_messages(&mut a, 5).await;
+    let got_b = expect_messages(&mut b, 5).await;
+    assert_eq!(
+        ids_of(&got_a).into_iter().collect::<HashSet<_>>(),
+        want,
+        "sub-a"
+    );
+    assert_eq!(
+        ids_of(&got_b).into_iter().collect::<HashSet<_>>(),
+        want,
+        "sub-b"
+    );
+    assert_eq!(got_a.len(), 5, "sub-a got duplicates: {:?}", ids_of(&got_a));
+    assert_eq!(got_b.len(), 5, "sub-b got duplicates: {:?}", ids_of(&got_b));
+
+    // Acking on one subscription does not affect the other.
+    ack(&mut client, TOPIC, "sub-a", ack_ids_of(&got_a))
+        .await
+        .expect("ack sub-a");
+    let more = publish(&mut client, TOPIC, payloads("n", 2)).await;
+    for (name, stream) in [("sub-a", &mut a), ("sub-b", &mut b)] {
+        let got = expect_messages(stream, 2).await;
+        assert_eq!(
+            ids_of(&got).into_iter().collect::<HashSet<_>>(),
+            more.iter().cloned().collect::<HashSet<_>>(),
+            "{name} gets messages published after it was created"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn latest_start_skips_earlier_messages() {
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis.url(), &[]).await;
+    let mut client = server.client().await;
+
+    let early = publish(&mut client, TOPIC, payloads("early", 3)).await;
+
+    // The subscription exists once the Subscribe call has been answered.
+    let mut latest = subscribe(&mut client, TOPIC, "from-now", Sub::default().latest()).await;
+    let late = publish(&mut client, TOPIC, payloads("late", 2)).await;
+
+    let got_latest = expect_messages(&mut latest, 2).await;
+    assert_eq!(
+        ids_of(&got_latest).into_iter().collect::<HashSet<_>>(),
+        late.iter().cloned().collect::<HashSet<_>>(),
+        "LATEST gets only messages published after it was created (early were {early:?})"
+    );
+    assert_no_message_within(&mut latest, Duration::from_secs(1)).await;
+
+    // EARLIEST (explicit or by default) starts from the beginning of the topic.
+    let mut earliest = subscribe(
+        &mut client,
+        TOPIC,
+        "from-start",
+        Sub {
+            start: pb::StartPosition::Earliest,
+            ..Default::default()
+        },
+    )
+    .await;
+    let got = expect_messages(&mut earliest, 5).await;
+    let all: HashSet<String> = early.iter().chain(&late).cloned().collect();
+    assert_eq!(ids_of(&got).into_iter().collect::<HashSet<_>>(), all);
+
+    // `start` is ignored once the subscription exists: re-subscribing "from-now"
+    // with EARLIEST does not rewind it to the early messages.
+    ack(&mut client, TOPIC, "from-now", ack_ids_of(&got_latest))
+        .await
+        .expect("ack");
+    drop(latest);
+    let mut again = subscribe(
+        &mut client,
+        TOPIC,
+        "from-now",
+        Sub {
+            start: pb::StartPosition::Earliest,
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_no_message_within(&mut again, Duration::from_secs(1)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumers_of_one_subscription_share_messages_without_overlap() {
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis.url(), &[]).await;
+    let mut client = server.client().await;
+
+    let long = Duration::from_secs(120);
+    let opts = |name: &str| Sub::deadline(long).max_outstanding(1000).consumer(name);
+    let mut streams = vec![
+        subscribe(&mut client, TOPIC, "workers", opts("worker-1")).await,
+        subscribe(&mut client, TOPIC, "workers", opts("worker-2")).await,
+    ];
+
+    let mut ids = Vec::new();
+    for batch in 0..4 {
+        ids.extend(publish(&mut client, TOPIC, payloads(&format!("job{batch}"), 50)).await);
+    }
+    assert_eq!(ids.len(), 200);
+
+    let got = collect_from_all(&mut streams, 200, EVENTUALLY).await;
+    let one: Vec<String> = ids_of(&got[0]);
+    let two: Vec<String> = ids_of(&got[1]);
+    assert_eq!(
+        one.len() + two.len(),
+        200,
+        "all 200 delivered within {EVENTUALLY:?}"
+    );
+
+    let set_one: HashSet<&String> = one.iter().collect();
+    let set_two: HashSet<&String> = two.iter().collect();
+    assert_eq!(set_one.len(), one.len(), "worker-1 got a message twice");
+    assert_eq!(set_two.len(), two.len(), "worker-2 got a message twice");
+    let both: Vec<_> = set_one.intersection(&set_two).collect();
+    assert!(both.is_empty(), "both workers hold {both:?}");
+    let union: HashSet<&String> = set_one.union(&set_two).copied().collect();
+    assert_eq!(
+        union,
+        ids.iter().collect::<HashSet<_>>(),
+        "union is everything published"
+    );
+    assert!(got.iter().flatten().all(|m| m.delivery_attempt == 1));
+
+    // Nothing else shows up afterwards (no late duplicates).
+    let extra = collect_from_all(&mut streams, 1, Duration::from_secs(1)).await;
+    assert!(
+        extra.iter().all(Vec::is_empty),
+        "unexpected extra deliveries: {extra:?}"
+    );
+}

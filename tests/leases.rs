@@ -1,0 +1,239 @@
+//! Leases: redelivery after the ack deadline (never before), lease extension with
+//! ModifyAckDeadline, stale owners getting FAILED_PRECONDITION, and Nack.
+//!
+//! "Not before the deadline" is measured from an instant taken before the lease
+//! could have started (before the Subscribe call or before the extending call), so
+//! the lower bounds are correctness checks, not timing assumptions.
+
+#![allow(clippy::needless_update)]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use tonic::Code;
+
+const TOPIC: &str = "tasks";
+const SUB: &str = "workers";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unacked_message_is_redelivered_after_deadline_not_before() {
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis.url(), &[]).await;
+    let mut client = server.client().await;
+
+    let ids = publish(&mut client, TOPIC, ["job"]).await;
+    let deadline = Duration::from_secs(1);
+    let before_lease = Instant::now();
+    let mut stream = subscribe(&mut client, TOPIC, SUB, Sub::deadline(deadline)).await;
+
+    let first = expect_messages(&mut stream, 1).await;
+    assert_eq!(ids_of(&first), ids);
+    assert_eq!(first[0].delivery_attempt, 1);
+
+    // Not acked: the only stream of the subscription gets it again.
+    let second = expect_messages(&mut stream, 1).await;
+    let redelivered_at = before_lease.elapsed();
+    assert_eq!(ids_of(&second), ids, "the same message comes back");
+    assert_eq!(second[0].delivery_attempt, 2, "attempt one higher");
+    assert!(
+        redelivered_at >= deadline,
+        "redelivered after {redelivered_at:?}, before the {deadline:?} ack deadline"
+    );
+
+    ack(&mut client, TOPIC, SUB, ack_ids_of(&second))
+        .await
+        .expect("ack redelivery");
+    assert_no_message_within(&mut stream, deadline * 3).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extended_lease_is_not_redelivered_until_extension_stops() {
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis.url(), &[]).await;
+    let mut client = server.client().await;
+
+    let deadline = Duration::from_secs(1);
+    let mut owner = subscribe(
+        &mut client,
+        TOPIC,
+        SUB,
+        Sub::deadline(deadline).consumer("owner"),
+    )
+    .await;
+    let ids = publish(&mut client, TOPIC, ["long job"]).await;
+    let got = expect_messages(&mut owner, 1).await;
+    assert_eq!(ids_of(&got), ids);
+    let ack_id = got[0].ack_id.clone();
+
+    // A second consumer that would happily take the message if the lease lapsed.
+    let other = subscribe(
+        &mut client,
+        TOPIC,
+        SUB,
+        Sub::deadline(deadline).consumer("other"),
+    )
+    .await;
+    let mut streams = [owner, other];
+
+    let extend_for = Duration::from_secs(3);
+    let period = Duration::from_millis(250);
+    let started = Instant::now();
+    let mut last_extend = Instant::now();
+    let mut extensions = 0;
+    while started.elapsed() < extend_for {
+        last_extend = Instant::now();
+        modify_ack_deadline(&mut client, TOPIC, SUB, vec![ack_id.clone()], deadline)
+            .await
+            .expect("owner extends its lease");
+        extensions += 1;
+        let seen = collect_from_all(&mut streams, 1, period).await;
+        assert!(
+            seen.iter().all(Vec::is_empty),
+            "redelivered while the lease was being extended (after {extensions} extensions, {:?}): {seen:?}",
+            started.elapsed()
+        );
+    }
+
+    // Stop extending: the lease lapses and someone gets it again.
+    let again = collect_from_all(&mut streams, 1, EVENTUALLY).await;
+    let redelivered_after = last_extend.elapsed();
+    let again: Vec<_> = again.into_iter().flatten().collect();
+    assert_eq!(
+        ids_of(&again),
+        ids,
+        "redelivered once the extensions stopped"
+    );
+    assert_eq!(again[0].delivery_attempt, 2);
+    assert!(
+        redelivered_after >= deadline,
+        "redelivered {redelivered_after:?} after the last extension, before its {deadline:?} lease"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_owner_cannot_extend_or_nack_after_redelivery() {
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis.url(), &[]).await;
+    let mut client = server.client().await;
+
+    let ids = publish(&mut client, TOPIC, ["contested"]).await;
+    let mut a = subscribe(
+        &mut client,
+        TOPIC,
+        SUB,
+        Sub::deadline(Duration::from_millis(500)).consumer("a"),
+    )
+    .await;
+    let got_a = expect_messages(&mut a, 1).await;
+    assert_eq!(ids_of(&got_a), ids);
+    let stale = got_a[0].ack_id.clone();
+    // A stalls and goes away without acking; only B is left to receive it.
+    drop(a);
+
+    let mut b = subscribe(
+        &mut client,
+        TOPIC,
+        SUB,
+        Sub::deadline(Duration::from_secs(30)).consumer("b"),
+    )
+    .await;
+    let got_b = expect_messages(&mut b, 1).await;
+    assert_eq!(ids_of(&got_b), ids);
+    assert!(got_b[0].delivery_attempt >= 2, "redelivery: {:?}", got_b[0]);
+    let fresh = got_b[0].ack_id.clone();
+
+    let extend = modify_ack_deadline(
+        &mut client,
+        TOPIC,
+        SUB,
+        vec![stale.clone()],
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(
+        extend.as_ref().map_err(|s| s.code()).err(),
+        Some(Code::FailedPrecondition),
+        "stale ModifyAckDeadline: {extend:?}"
+    );
+    let nacked = nack(&mut client, TOPIC, SUB, vec![stale.clone()]).await;
+    assert_eq!(
+        nacked.as_ref().map_err(|s| s.code()).err(),
+        Some(Code::FailedPrecondition),
+        "stale Nack: {nacked:?}"
+    );
+
+    modify_ack_deadline(
+        &mut client,
+        TOPIC,
+        SUB,
+        vec![fresh.clone()],
+        Duration::from_secs(10),
+    )
+    .await
+    .expect("the current owner extends");
+    // The stale calls did not take the message away from B.
+    assert_no_message_within(&mut b, Duration::from_secs(1)).await;
+    ack(&mut client, TOPIC, SUB, vec![fresh])
+        .await
+        .expect("current owner acks");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nack_redelivers_before_deadline_and_double_ack_is_ok() {
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis.url(), &[]).await;
+    let mut client = server.client().await;
+
+    let ids = publish(&mut client, TOPIC, ["retry me"]).await;
+    // A deadline far beyond the wait below: a redelivery can only come from the Nack.
+    let mut stream = subscribe(
+        &mut client,
+        TOPIC,
+        SUB,
+        Sub::deadline(Duration::from_secs(300)),
+    )
+    .await;
+    let first = expect_messages(&mut stream, 1).await;
+    assert_eq!(ids_of(&first), ids);
+    assert_eq!(first[0].delivery_attempt, 1);
+
+    nack(&mut client, TOPIC, SUB, ack_ids_of(&first))
+        .await
+        .expect("nack");
+    let second = expect_messages(&mut stream, 1).await;
+    assert_eq!(ids_of(&second), ids);
+    assert_eq!(second[0].delivery_attempt, 2, "nack → attempt + 1");
+
+    ack(&mut client, TOPIC, SUB, ack_ids_of(&second))
+        .await
+        .expect("first ack");
+    ack(&mut client, TOPIC, SUB, ack_ids_of(&second))
+        .await
+        .expect("acking twice is not an error");
+    assert_no_message_within(&mut stream, Duration::from_secs(1)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn modify_ack_deadline_zero_gives_the_message_back() {
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis.url(), &[]).await;
+    let mut client = server.client().await;
+
+    let ids = publish(&mut client, TOPIC, ["hand back"]).await;
+    let mut stream = subscribe(
+        &mut client,
+        TOPIC,
+        SUB,
+        Sub::deadline(Duration::from_secs(300)),
+    )
+    .await;
+    let first = expect_messages(&mut stream, 1).await;
+    modify_ack_deadline(&mut client, TOPIC, SUB, ack_ids_of(&first), Duration::ZERO)
+        .await
+        .expect("zero deadline");
+    let second = expect_messages(&mut stream, 1).await;
+    assert_eq!(ids_of(&second), ids);
+    assert_eq!(second[0].delivery_attempt, 2);
+}

@@ -1,0 +1,195 @@
+//! Replicas: several `redq serve` processes on one Redis share subscriptions —
+//! flow control holds whichever replica receives the acks, and a replica killed
+//! with SIGKILL loses nothing (its unacked messages go to another replica, and
+//! every publish that returned OK is delivered).
+
+#![allow(clippy::needless_update)]
+
+mod common;
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use common::*;
+use redq::pb;
+
+const TOPIC: &str = "events";
+const SUB: &str = "indexer";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_outstanding_holds_when_acks_go_to_another_replica() {
+    let redis = RedisServer::start();
+    let a = TestServer::start(&redis.url(), &[]).await;
+    let b = TestServer::start(&redis.url(), &[]).await;
+    let mut client_a = a.client().await;
+    let mut client_b = b.client().await;
+
+    let opts = Sub::deadline(Duration::from_secs(300)).max_outstanding(5);
+    let mut stream = subscribe(&mut client_a, TOPIC, SUB, opts).await;
+    let ids = publish(&mut client_a, TOPIC, payloads("e", 20)).await;
+
+    let first = expect_messages(&mut stream, 5).await;
+    assert_eq!(
+        first.len(),
+        5,
+        "at most max_outstanding at once: {:?}",
+        ids_of(&first)
+    );
+    assert_no_message_within(&mut stream, Duration::from_secs(1)).await;
+
+    // Acks through the other replica free room on this stream.
+    ack(&mut client_b, TOPIC, SUB, ack_ids_of(&first))
+        .await
+        .expect("ack via B");
+    let second = expect_messages(&mut stream, 5).await;
+    assert_eq!(
+        second.len(),
+        5,
+        "room for exactly 5 more: {:?}",
+        ids_of(&second)
+    );
+    assert_no_message_within(&mut stream, Duration::from_secs(1)).await;
+
+    let seen: HashSet<String> = ids_of(&first).into_iter().chain(ids_of(&second)).collect();
+    assert_eq!(seen.len(), 10, "no message delivered twice");
+    assert!(seen.iter().all(|id| ids.contains(id)));
+
+    // Acking part of the window frees exactly that much.
+    ack(&mut client_b, TOPIC, SUB, ack_ids_of(&second[..2]))
+        .await
+        .expect("ack 2 via B");
+    let third = expect_messages(&mut stream, 2).await;
+    assert_eq!(
+        third.len(),
+        2,
+        "room for exactly 2 more: {:?}",
+        ids_of(&third)
+    );
+    assert_no_message_within(&mut stream, Duration::from_secs(1)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unacked_messages_of_a_killed_replica_go_to_another() {
+    let redis = RedisServer::start();
+    let mut a = TestServer::start(&redis.url(), &[]).await;
+    let b = TestServer::start(&redis.url(), &[]).await;
+    let mut client_a = a.client().await;
+    let mut client_b = b.client().await;
+
+    let deadline = Duration::from_secs(1);
+    let ids = publish(&mut client_a, TOPIC, payloads("e", 10)).await;
+    let before_lease = Instant::now();
+    let mut on_a = subscribe(&mut client_a, TOPIC, SUB, Sub::deadline(deadline)).await;
+    let held = expect_messages(&mut on_a, 10).await;
+    assert_eq!(
+        ids_of(&held).into_iter().collect::<HashSet<_>>(),
+        ids.iter().cloned().collect()
+    );
+
+    a.kill9();
+
+    let mut on_b = subscribe(
+        &mut client_b,
+        TOPIC,
+        SUB,
+        Sub::deadline(Duration::from_secs(300)),
+    )
+    .await;
+    let got = expect_messages(&mut on_b, 10).await;
+    let elapsed = before_lease.elapsed();
+    assert_eq!(
+        ids_of(&got).into_iter().collect::<HashSet<_>>(),
+        ids.iter().cloned().collect::<HashSet<_>>(),
+        "every message held by the killed replica is redelivered"
+    );
+    assert_eq!(got.len(), 10, "each exactly once: {:?}", ids_of(&got));
+    assert!(
+        got.iter().all(|m| m.delivery_attempt >= 2),
+        "attempts: {got:?}"
+    );
+    assert!(
+        elapsed >= deadline,
+        "redelivered after {elapsed:?}, before the {deadline:?} deadline"
+    );
+
+    ack(&mut client_b, TOPIC, SUB, ack_ids_of(&got))
+        .await
+        .expect("ack via B");
+    assert_no_message_within(&mut on_b, deadline * 3).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publishes_that_returned_ok_survive_kill9_of_the_replica() {
+    let redis = RedisServer::start();
+    let mut a = TestServer::start(&redis.url(), &[]).await;
+    let b = TestServer::start(&redis.url(), &[]).await;
+    let mut client_b = b.client().await;
+
+    // The subscription exists before publishing starts, so it must see everything.
+    let mut stream = subscribe(
+        &mut client_b,
+        TOPIC,
+        SUB,
+        Sub::deadline(Duration::from_secs(300)).max_outstanding(10_000),
+    )
+    .await;
+
+    // Publish from several concurrent clients to A until A is killed mid-flight.
+    let mut publishers = Vec::new();
+    for p in 0..4 {
+        let mut client = a.client().await;
+        publishers.push(tokio::spawn(async move {
+            let mut confirmed = Vec::new();
+            for i in 0.. {
+                let request = pb::PublishRequest {
+                    topic: TOPIC.to_string(),
+                    messages: vec![
+                        message(format!("p{p}-{i}-a")),
+                        message(format!("p{p}-{i}-b")),
+                    ],
+                    ..Default::default()
+                };
+                match tokio::time::timeout(EVENTUALLY, client.publish(request)).await {
+                    Ok(Ok(resp)) => confirmed.extend(resp.into_inner().message_ids),
+                    _ => break,
+                }
+            }
+            confirmed
+        }));
+    }
+    // Let some publishes through (bounded), then kill A while the others are in flight.
+    let mut seen_first = Vec::new();
+    let warmup = next_messages(&mut stream, 200, EVENTUALLY).await;
+    seen_first.extend(warmup);
+    assert!(
+        !seen_first.is_empty(),
+        "no publish went through A before the kill"
+    );
+    a.kill9();
+
+    let mut confirmed = Vec::new();
+    for p in publishers {
+        confirmed.extend(p.await.expect("publisher task"));
+    }
+    let confirmed: HashSet<String> = confirmed.into_iter().collect();
+
+    let mut delivered: HashSet<String> = ids_of(&seen_first).into_iter().collect();
+    let deadline = tokio::time::Instant::now() + EVENTUALLY;
+    while !confirmed.is_subset(&delivered) && tokio::time::Instant::now() < deadline {
+        let more = next_messages(&mut stream, confirmed.len(), Duration::from_millis(500)).await;
+        delivered.extend(ids_of(&more));
+    }
+    eprintln!(
+        "{} publishes confirmed by the killed replica, {} delivered",
+        confirmed.len(),
+        delivered.len()
+    );
+    let missing: Vec<_> = confirmed.difference(&delivered).collect();
+    assert!(
+        missing.is_empty(),
+        "{} of {} confirmed publishes never delivered: {:?}",
+        missing.len(),
+        confirmed.len(),
+        missing.iter().take(10).collect::<Vec<_>>()
+    );
+}
