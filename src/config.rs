@@ -70,6 +70,9 @@ pub struct Settings {
     /// How long shutdown waits for in-flight calls before exiting anyway.
     #[arg(long, env = "REDQ_DRAIN_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
     pub drain_timeout: Duration,
+    /// How long a dedupe_id is remembered after its message was published.
+    #[arg(long, env = "REDQ_DEDUPE_WINDOW", default_value = "10m", value_parser = parse_positive_duration)]
+    pub dedupe_window: Duration,
     #[command(flatten)]
     pub limits: Limits,
 }
@@ -101,6 +104,19 @@ pub struct Limits {
     /// Most outstanding messages a stream may ask for.
     #[arg(long, env = "REDQ_MAX_OUTSTANDING_LIMIT", default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_outstanding_limit: u32,
+    /// Retry backoff after a first failed delivery, for subscriptions created without one.
+    #[arg(long, env = "REDQ_RETRY_MIN_BACKOFF", default_value = "1s", value_parser = humantime::parse_duration)]
+    pub retry_min_backoff: Duration,
+    /// Longest retry backoff, for subscriptions created without one.
+    #[arg(long, env = "REDQ_RETRY_MAX_BACKOFF", default_value = "10m", value_parser = humantime::parse_duration)]
+    pub retry_max_backoff: Duration,
+    /// Deliveries before a message is dead-lettered (0 = unlimited), for
+    /// subscriptions created without a value.
+    #[arg(long, env = "REDQ_MAX_DELIVERY_ATTEMPTS", default_value_t = 0)]
+    pub max_delivery_attempts: u32,
+    /// Furthest in the future a message may be scheduled.
+    #[arg(long, env = "REDQ_MAX_DELAY", default_value = "3650d", value_parser = parse_positive_duration)]
+    pub max_delay: Duration,
 }
 
 impl Limits {
@@ -111,6 +127,13 @@ impl Limits {
                 "--default-ack-deadline ({}) exceeds --max-ack-deadline ({})",
                 humantime::format_duration(self.default_ack_deadline),
                 humantime::format_duration(self.max_ack_deadline)
+            ));
+        }
+        if self.retry_min_backoff > self.retry_max_backoff {
+            return Err(format!(
+                "--retry-min-backoff ({}) exceeds --retry-max-backoff ({})",
+                humantime::format_duration(self.retry_min_backoff),
+                humantime::format_duration(self.retry_max_backoff)
             ));
         }
         if self.default_max_outstanding > self.max_outstanding_limit {
@@ -134,6 +157,10 @@ impl Default for Limits {
             max_ack_deadline: Duration::from_secs(600),
             default_max_outstanding: 100,
             max_outstanding_limit: 10_000,
+            retry_min_backoff: Duration::from_secs(1),
+            retry_max_backoff: Duration::from_secs(600),
+            max_delivery_attempts: 0,
+            max_delay: Duration::from_secs(3650 * 24 * 3600),
         }
     }
 }
@@ -158,10 +185,10 @@ mod tests {
             panic!("expected serve")
         };
         assert_eq!(serve.settings.limits.validate(), Ok(()));
-        assert_eq!(
-            serve.settings.limits.default_ack_deadline,
-            Limits::default().default_ack_deadline
-        );
+        let (parsed, defaults) = (&serve.settings.limits, Limits::default());
+        assert_eq!(parsed.default_ack_deadline, defaults.default_ack_deadline);
+        assert_eq!(parsed.retry_max_backoff, defaults.retry_max_backoff);
+        assert_eq!(parsed.max_delay, defaults.max_delay);
     }
 
     #[test]

@@ -3,9 +3,10 @@
 
 use crate::broker::Broker;
 use crate::config::Settings;
-use crate::grpc::QueueApi;
+use crate::grpc::{AdminApi, QueueApi};
 use crate::health::Health;
 use crate::pb;
+use crate::pb::admin_service_server::AdminServiceServer;
 use crate::pb::queue_service_server::QueueServiceServer;
 use crate::store::Store;
 use std::future::Future;
@@ -33,8 +34,9 @@ pub async fn run(
     let (reporter, health_service) = tonic_health::server::health_reporter();
     let health = Health::new(reporter, stop.clone());
     health.publish().await; // NOT_SERVING until Redis answers
-    let broker = Broker::new(store.clone(), stop.clone());
+    let broker = Broker::new(store.clone(), settings.dedupe_window, stop.clone());
     health.spawn_loop("redis-monitor", health.clone().run_monitor(store));
+    health.spawn_loop("promoter", broker.promoter().run(stop.clone()));
     health.spawn_loop(
         "hint-listener",
         broker.wakeups().clone().run_hint_listener(stop.clone()),
@@ -51,6 +53,7 @@ pub async fn run(
     // Large enough that an oversize payload is reported as INVALID_ARGUMENT
     // naming the message, not rejected as an undecodable request.
     let max_request = (settings.limits.max_payload_bytes as usize * 2).max(16 * 1024 * 1024);
+    let admin = AdminServiceServer::new(AdminApi::new(broker.clone()));
     let queue = QueueServiceServer::new(QueueApi::new(broker, settings.limits.clone()))
         .max_decoding_message_size(max_request);
 
@@ -59,6 +62,7 @@ pub async fn run(
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(queue)
+        .add_service(admin)
         .serve_with_incoming_shutdown(TcpListenerStream::new(grpc), stop.clone().cancelled_owned());
     let http_server = axum::serve(http, health.http_routes())
         .with_graceful_shutdown(stop.clone().cancelled_owned());

@@ -5,7 +5,7 @@ use super::Broker;
 use super::ack_id;
 use crate::error::{Error, Result};
 use crate::store::TopicKeys;
-use crate::store::leases::{ConsumerSpec, Lease};
+use crate::store::leases::{ConsumerSpec, Lease, RetryPolicy};
 use crate::store::stream::{Entry, GroupStart};
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -28,7 +28,10 @@ pub struct SubscribeOptions {
     pub consumer: String,
     pub max_outstanding: u32,
     pub ack_deadline: Duration,
+    /// Where the subscription starts, if this call creates it.
     pub start: GroupStart,
+    /// Retry settings of the subscription, if this call creates it.
+    pub retry: RetryPolicy,
 }
 
 /// One message handed to a consumer.

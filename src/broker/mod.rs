@@ -1,17 +1,22 @@
-//! The domain: publishing to topics, delivering to subscriptions, and the
-//! lease operations (ack, nack, extend) that any replica can serve.
+//! The domain: publishing (now, scheduled, deduplicated) to topics,
+//! delivering to subscriptions, and the lease operations (ack, nack, extend)
+//! that any replica can serve.
 
 pub mod ack_id;
 mod delivery;
+pub mod promoter;
 pub mod wakeups;
 
 pub use delivery::{Delivery, SubscribeOptions};
 
 use crate::error::{Error, Result};
+use crate::store::dead_letters::DeadLetterPage;
 use crate::store::leases::Lease;
-use crate::store::stream::NewEntry;
+use crate::store::scheduled::Rescheduled;
+use crate::store::stream::{Due, NewMessage, Published};
 use crate::store::{Store, TopicKeys};
 use delivery::DeliveryLoop;
+use promoter::{Promoter, PromotionTimers};
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -31,16 +36,21 @@ const STREAM_BUFFER: usize = 4;
 pub struct Broker {
     store: Store,
     wakeups: Wakeups,
+    promotions: Arc<PromotionTimers>,
     known_topics: Arc<Mutex<HashSet<String>>>,
+    dedupe_window: Duration,
     shutdown: CancellationToken,
 }
 
 impl Broker {
-    pub fn new(store: Store, shutdown: CancellationToken) -> Self {
+    pub fn new(store: Store, dedupe_window: Duration, shutdown: CancellationToken) -> Self {
+        let promotions = Arc::new(PromotionTimers::default());
         Self {
-            wakeups: Wakeups::new(store.clone()),
+            wakeups: Wakeups::new(store.clone(), promotions.clone()),
+            promotions,
             store,
             known_topics: Arc::default(),
+            dedupe_window,
             shutdown,
         }
     }
@@ -49,11 +59,65 @@ impl Broker {
         &self.wakeups
     }
 
-    /// Appends messages to `topic`, creating it on first use; ids in order.
+    /// The background loop that promotes this broker's scheduled messages.
+    pub fn promoter(&self) -> Promoter {
+        Promoter::new(self.store.clone(), self.promotions.clone())
+    }
+
+    /// Publishes messages to `topic`, creating it on first use: appended now,
+    /// or scheduled when due later. Results in request order.
     #[tracing::instrument(skip_all, fields(topic))]
-    pub async fn publish(&self, topic: &str, entries: Vec<NewEntry>) -> Result<Vec<String>> {
+    pub async fn publish(&self, topic: &str, messages: Vec<NewMessage>) -> Result<Vec<Published>> {
         self.register_topic(topic).await?;
-        self.store.append(&TopicKeys::new(topic), &entries).await
+        let published = self
+            .store
+            .publish(&TopicKeys::new(topic), &messages, self.dedupe_window)
+            .await?;
+        if let Some(first_due) = published.iter().filter_map(|p| p.scheduled_in).min() {
+            self.wakeups.scheduled(topic, first_due).await?;
+        }
+        Ok(published)
+    }
+
+    /// Cancels a scheduled message; false when it was delivered (or is unknown).
+    #[tracing::instrument(skip_all, fields(topic))]
+    pub async fn cancel_scheduled(&self, topic: &str, message_id: &str) -> Result<bool> {
+        self.store
+            .cancel_scheduled(&TopicKeys::new(topic), message_id)
+            .await
+    }
+
+    /// Moves a scheduled message to a new due time; None when it was
+    /// delivered, cancelled or is unknown.
+    #[tracing::instrument(skip_all, fields(topic))]
+    pub async fn reschedule(
+        &self,
+        topic: &str,
+        message_id: &str,
+        due: Due,
+    ) -> Result<Option<Rescheduled>> {
+        let rescheduled = self
+            .store
+            .reschedule(&TopicKeys::new(topic), message_id, due)
+            .await?;
+        if let Some(rescheduled) = rescheduled {
+            self.wakeups.scheduled(topic, rescheduled.due_in).await?;
+        }
+        Ok(rescheduled)
+    }
+
+    /// A page of a subscription's dead letters, oldest first.
+    #[tracing::instrument(skip_all, fields(topic, subscription))]
+    pub async fn dead_letters(
+        &self,
+        topic: &str,
+        subscription: &str,
+        after: Option<&str>,
+        page_size: u32,
+    ) -> Result<DeadLetterPage> {
+        self.store
+            .dead_letters(&TopicKeys::new(topic), subscription, after, page_size)
+            .await
     }
 
     /// Opens a stream of deliveries for a new consumer of the subscription,
@@ -69,7 +133,7 @@ impl Broker {
         let keys = TopicKeys::new(&options.topic);
         self.register_topic(&options.topic).await?;
         self.store
-            .ensure_group(&keys, &options.subscription, options.start)
+            .ensure_subscription(&keys, &options.subscription, options.start, options.retry)
             .await?;
         if let Err(err) = self
             .store
@@ -104,15 +168,30 @@ impl Broker {
             .await
     }
 
-    /// Hands deliveries back for immediate redelivery.
-    pub async fn nack(&self, topic: &str, subscription: &str, leases: &[Lease]) -> Result<()> {
-        self.modify_ack_deadline(topic, subscription, leases, Duration::ZERO)
-            .await
+    /// Hands deliveries back: redelivered after `delay`, or after the
+    /// subscription's retry backoff when None; dead-lettered when that was
+    /// their last attempt. Leases the caller no longer holds are reported as
+    /// [`Error::LeaseLost`]; the others are handed back all the same.
+    #[tracing::instrument(skip_all, fields(topic, subscription))]
+    pub async fn nack(
+        &self,
+        topic: &str,
+        subscription: &str,
+        leases: &[Lease],
+        delay: Option<Duration>,
+    ) -> Result<()> {
+        let held = self
+            .store
+            .end_leases(&TopicKeys::new(topic), subscription, leases, delay)
+            .await?;
+        if held.iter().any(|&h| h) {
+            // Streams recompute when to look next, here and on other replicas.
+            self.wakeups.deliveries_returned(topic).await?;
+        }
+        lost_leases(leases, &held)
     }
 
-    /// Sets the leases to end `deadline` from now (zero: redeliver now).
-    /// Leases the caller no longer holds are reported as [`Error::LeaseLost`];
-    /// the others are changed all the same.
+    /// Sets the leases to end `deadline` from now; zero is a nack without delay.
     #[tracing::instrument(skip_all, fields(topic, subscription))]
     pub async fn modify_ack_deadline(
         &self,
@@ -121,24 +200,16 @@ impl Broker {
         leases: &[Lease],
         deadline: Duration,
     ) -> Result<()> {
+        if deadline.is_zero() {
+            return self
+                .nack(topic, subscription, leases, Some(Duration::ZERO))
+                .await;
+        }
         let held = self
             .store
             .extend(&TopicKeys::new(topic), subscription, leases, deadline)
             .await?;
-        if deadline.is_zero() && held.iter().any(|&h| h) {
-            self.wakeups.deliveries_returned(topic).await?;
-        }
-        let lost: Vec<String> = leases
-            .iter()
-            .zip(&held)
-            .filter(|(_, held)| !**held)
-            .map(|(lease, _)| ack_id::encode(lease))
-            .collect();
-        if lost.is_empty() {
-            Ok(())
-        } else {
-            Err(Error::LeaseLost(lost))
-        }
+        lost_leases(leases, &held)
     }
 
     async fn register_topic(&self, topic: &str) -> Result<()> {
@@ -156,6 +227,21 @@ impl Broker {
             .expect("topics lock")
             .insert(topic.to_owned());
         Ok(())
+    }
+}
+
+/// `Err(LeaseLost)` naming the ack ids of the leases that were not `held`.
+fn lost_leases(leases: &[Lease], held: &[bool]) -> Result<()> {
+    let lost: Vec<String> = leases
+        .iter()
+        .zip(held)
+        .filter(|(_, held)| !**held)
+        .map(|(lease, _)| ack_id::encode(lease))
+        .collect();
+    if lost.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::LeaseLost(lost))
     }
 }
 

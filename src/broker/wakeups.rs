@@ -7,10 +7,12 @@
 //! - Room freed by an ack: the consumer's own `Notify` when it lives here,
 //!   else a hint to the other replicas.
 //! - Deliveries handed back (nack): the topic's channel here, and a hint.
+//! - Messages scheduled: the promoter's timers here, and a hint with the due time.
 //!
 //! Hints travel on one Redis Pub/Sub channel. They are only hints: a lost one
 //! delays a delivery until the loop's next periodic check, never loses it.
 
+use super::promoter::PromotionTimers;
 use crate::error::Result;
 use crate::store::{Store, TopicKeys};
 use futures::StreamExt;
@@ -31,6 +33,7 @@ pub struct Wakeups {
 
 struct Inner {
     store: Store,
+    promotions: Arc<PromotionTimers>,
     topics: Mutex<HashMap<String, TopicWatcher>>,
     consumers: Mutex<HashMap<String, Arc<Notify>>>,
 }
@@ -55,9 +58,14 @@ pub struct ConsumerWake {
     wakeups: Wakeups,
 }
 
+#[derive(Debug, PartialEq)]
 enum Hint<'a> {
+    /// Deliveries of the topic were handed back.
     Topic(&'a str),
+    /// The consumer has room again.
     Consumer(&'a str),
+    /// The topic has a scheduled message due in this many ms.
+    Scheduled(&'a str, u64),
 }
 
 impl Hint<'_> {
@@ -65,6 +73,7 @@ impl Hint<'_> {
         match self {
             Hint::Topic(topic) => format!("t:{topic}"),
             Hint::Consumer(consumer) => format!("c:{consumer}"),
+            Hint::Scheduled(topic, ms) => format!("s:{ms}:{topic}"),
         }
     }
 
@@ -72,16 +81,21 @@ impl Hint<'_> {
         match text.split_once(':')? {
             ("t", topic) => Some(Hint::Topic(topic)),
             ("c", consumer) => Some(Hint::Consumer(consumer)),
+            ("s", rest) => {
+                let (ms, topic) = rest.split_once(':')?;
+                Some(Hint::Scheduled(topic, ms.parse().ok()?))
+            }
             _ => None,
         }
     }
 }
 
 impl Wakeups {
-    pub fn new(store: Store) -> Self {
+    pub fn new(store: Store, promotions: Arc<PromotionTimers>) -> Self {
         Self {
             inner: Arc::new(Inner {
                 store,
+                promotions,
                 topics: Mutex::default(),
                 consumers: Mutex::default(),
             }),
@@ -158,6 +172,14 @@ impl Wakeups {
             .await
     }
 
+    /// Tells the promoters, here and on other replicas, that `topic` has a
+    /// message due in `due_in`.
+    pub async fn scheduled(&self, topic: &str, due_in: Duration) -> Result<()> {
+        self.inner.promotions.due_in(topic, due_in);
+        let hint = Hint::Scheduled(topic, due_in.as_millis() as u64);
+        self.inner.store.publish_hint(&hint.encode()).await
+    }
+
     fn wake_topic(&self, topic: &str) {
         if let Some(watcher) = self.inner.topics.lock().expect("wakeups lock").get(topic) {
             watcher.changes.send_modify(|n| *n += 1);
@@ -219,6 +241,10 @@ impl Wakeups {
                             notify.notify_one();
                         }
                     }
+                    Some(Hint::Scheduled(topic, ms)) => self
+                        .inner
+                        .promotions
+                        .due_in(topic, Duration::from_millis(ms)),
                     None => tracing::debug!("ignoring malformed hint"),
                 }
             }

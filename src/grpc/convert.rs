@@ -5,12 +5,19 @@ use crate::broker::{Delivery, SubscribeOptions, ack_id};
 use crate::config::Limits;
 use crate::error::{Error, Result};
 use crate::pb;
-use crate::store::leases::Lease;
-use crate::store::stream::{GroupStart, NewEntry};
-use std::time::Duration;
+use crate::store::dead_letters::{DeadLetter, DeadLetterReason};
+use crate::store::leases::{Lease, RetryPolicy};
+use crate::store::scheduled::Rescheduled;
+use crate::store::stream::{Due, Entry, GroupStart, NewMessage, Published, is_entry_id};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Longest topic, subscription or consumer name.
 const MAX_NAME_LEN: usize = 200;
+/// Longest dedupe id, in bytes.
+const MAX_DEDUPE_ID_BYTES: usize = 256;
+/// Dead letters per page when the request does not say, and at most.
+const DEFAULT_PAGE_SIZE: u32 = 100;
+const MAX_PAGE_SIZE: u32 = 1000;
 
 /// Names match `[A-Za-z0-9][A-Za-z0-9._-]{0,199}` (DESIGN §2).
 pub fn check_name(field: &str, name: &str) -> Result<()> {
@@ -35,10 +42,10 @@ pub fn check_name(field: &str, name: &str) -> Result<()> {
     Ok(())
 }
 
-pub fn publish_entries(
+pub fn publish_messages(
     messages: Vec<pb::PublishMessage>,
     limits: &Limits,
-) -> Result<Vec<NewEntry>> {
+) -> Result<Vec<NewMessage>> {
     if messages.is_empty() {
         return Err(Error::invalid("messages", "must not be empty"));
     }
@@ -51,58 +58,220 @@ pub fn publish_entries(
     messages
         .into_iter()
         .enumerate()
-        .map(|(i, message)| {
-            let pb::PublishMessage {
-                payload,
-                attributes,
-                ordering_key,
-            } = message;
-            if payload.is_empty() {
-                return Err(Error::invalid(
-                    format!("messages[{i}].payload"),
-                    "must not be empty",
-                ));
-            }
-            if payload.len() > limits.max_payload_bytes as usize {
-                return Err(Error::invalid(
-                    format!("messages[{i}].payload"),
-                    format!(
-                        "is {} bytes, more than the limit of {}",
-                        payload.len(),
-                        limits.max_payload_bytes
-                    ),
-                ));
-            }
-            if attributes.len() > limits.max_attributes as usize {
-                return Err(Error::invalid(
-                    format!("messages[{i}].attributes"),
-                    format!("at most {} attributes", limits.max_attributes),
-                ));
-            }
-            if let Some((key, _)) = attributes.iter().find(|(k, v)| {
-                k.is_empty() || k.len() + v.len() > limits.max_attribute_bytes as usize
-            }) {
-                return Err(Error::invalid(
-                    format!("messages[{i}].attributes[{key:?}]"),
-                    format!(
-                        "keys must not be empty and key plus value at most {} bytes",
-                        limits.max_attribute_bytes
-                    ),
-                ));
-            }
-            if ordering_key.len() > limits.max_attribute_bytes as usize {
-                return Err(Error::invalid(
-                    format!("messages[{i}].ordering_key"),
-                    format!("at most {} bytes", limits.max_attribute_bytes),
-                ));
-            }
-            Ok(NewEntry {
-                payload,
-                attributes,
-                ordering_key,
-            })
-        })
+        .map(|(i, message)| publish_message(&format!("messages[{i}]."), message, limits))
         .collect()
+}
+
+/// A ScheduleDelayed request as the one message it publishes.
+pub fn scheduled_message(
+    message: Option<pb::PublishMessage>,
+    deliver_at: Option<prost_types::Timestamp>,
+    delay: Option<prost_types::Duration>,
+    limits: &Limits,
+) -> Result<NewMessage> {
+    let message = message.ok_or_else(|| Error::invalid("message", "is required"))?;
+    for (field, set) in [
+        ("message.deliver_at", message.deliver_at.is_some()),
+        ("message.delay", message.delay.is_some()),
+    ] {
+        if set {
+            return Err(Error::invalid(
+                field,
+                "set deliver_at or delay on the request instead",
+            ));
+        }
+    }
+    let due = due("", deliver_at, delay, limits)?;
+    if due == Due::Now {
+        return Err(Error::invalid("deliver_at", "set deliver_at or delay"));
+    }
+    Ok(NewMessage {
+        due,
+        ..publish_message("message.", message, limits)?
+    })
+}
+
+/// One message to publish; `prefix` locates it in the request (`messages[3].`).
+fn publish_message(
+    prefix: &str,
+    message: pb::PublishMessage,
+    limits: &Limits,
+) -> Result<NewMessage> {
+    let pb::PublishMessage {
+        payload,
+        attributes,
+        ordering_key,
+        dedupe_id,
+        deliver_at,
+        delay,
+    } = message;
+    if payload.is_empty() {
+        return Err(Error::invalid(
+            format!("{prefix}payload"),
+            "must not be empty",
+        ));
+    }
+    if payload.len() > limits.max_payload_bytes as usize {
+        return Err(Error::invalid(
+            format!("{prefix}payload"),
+            format!(
+                "is {} bytes, more than the limit of {}",
+                payload.len(),
+                limits.max_payload_bytes
+            ),
+        ));
+    }
+    if attributes.len() > limits.max_attributes as usize {
+        return Err(Error::invalid(
+            format!("{prefix}attributes"),
+            format!("at most {} attributes", limits.max_attributes),
+        ));
+    }
+    if let Some((key, _)) = attributes
+        .iter()
+        .find(|(k, v)| k.is_empty() || k.len() + v.len() > limits.max_attribute_bytes as usize)
+    {
+        return Err(Error::invalid(
+            format!("{prefix}attributes[{key:?}]"),
+            format!(
+                "keys must not be empty and key plus value at most {} bytes",
+                limits.max_attribute_bytes
+            ),
+        ));
+    }
+    if ordering_key.len() > limits.max_attribute_bytes as usize {
+        return Err(Error::invalid(
+            format!("{prefix}ordering_key"),
+            format!("at most {} bytes", limits.max_attribute_bytes),
+        ));
+    }
+    if dedupe_id.len() > MAX_DEDUPE_ID_BYTES {
+        return Err(Error::invalid(
+            format!("{prefix}dedupe_id"),
+            format!("at most {MAX_DEDUPE_ID_BYTES} bytes"),
+        ));
+    }
+    Ok(NewMessage {
+        payload,
+        attributes,
+        ordering_key,
+        dedupe_id,
+        due: due(prefix, deliver_at, delay, limits)?,
+    })
+}
+
+/// When a message is due: at `deliver_at`, after `delay` (at most one), or now.
+pub fn due(
+    prefix: &str,
+    deliver_at: Option<prost_types::Timestamp>,
+    delay: Option<prost_types::Duration>,
+    limits: &Limits,
+) -> Result<Due> {
+    let too_far = || {
+        format!(
+            "must be at most {} ahead",
+            humantime::format_duration(limits.max_delay)
+        )
+    };
+    match (deliver_at, delay) {
+        (Some(_), Some(_)) => Err(Error::invalid(
+            format!("{prefix}deliver_at"),
+            "set deliver_at or delay, not both",
+        )),
+        (Some(at), None) => {
+            let field = format!("{prefix}deliver_at");
+            let at = SystemTime::try_from(at)
+                .ok()
+                .and_then(|at| at.duration_since(UNIX_EPOCH).ok())
+                .ok_or_else(|| Error::invalid(&field, "is not a valid time after 1970"))?;
+            let horizon = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap_or_default()
+                + limits.max_delay;
+            if at > horizon {
+                return Err(Error::invalid(field, too_far()));
+            }
+            Ok(Due::At(at.as_millis() as u64))
+        }
+        (None, Some(delay)) => {
+            let field = format!("{prefix}delay");
+            let delay = Duration::try_from(delay)
+                .map_err(|_| Error::invalid(&field, "must not be negative"))?;
+            if delay > limits.max_delay {
+                return Err(Error::invalid(field, too_far()));
+            }
+            Ok(Due::After(delay))
+        }
+        (None, None) => Ok(Due::Now),
+    }
+}
+
+/// An optional non-negative duration, at most `max`.
+fn optional_duration(
+    field: &str,
+    duration: Option<prost_types::Duration>,
+    max: Duration,
+) -> Result<Option<Duration>> {
+    let Some(duration) = duration else {
+        return Ok(None);
+    };
+    let duration =
+        Duration::try_from(duration).map_err(|_| Error::invalid(field, "must not be negative"))?;
+    if duration > max {
+        return Err(Error::invalid(
+            field,
+            format!("must be at most {}", humantime::format_duration(max)),
+        ));
+    }
+    Ok(Some(duration))
+}
+
+pub fn publish_response(published: Vec<Published>) -> pb::PublishResponse {
+    let (message_ids, duplicates) = published
+        .into_iter()
+        .map(|p| (p.message_id, p.duplicate))
+        .unzip();
+    pb::PublishResponse {
+        message_ids,
+        duplicates,
+    }
+}
+
+pub fn schedule_response(published: Published) -> pb::ScheduleDelayedResponse {
+    pb::ScheduleDelayedResponse {
+        deliver_at: published.due_ms.map(timestamp_ms),
+        message_id: published.message_id,
+        duplicate: published.duplicate,
+    }
+}
+
+pub fn reschedule_response(rescheduled: Option<Rescheduled>) -> pb::RescheduleDelayedResponse {
+    pb::RescheduleDelayedResponse {
+        rescheduled: rescheduled.is_some(),
+        deliver_at: rescheduled.map(|r| timestamp_ms(r.due_ms)),
+    }
+}
+
+/// A message id given to CancelScheduled or RescheduleDelayed.
+pub fn message_id(message_id: &str) -> Result<()> {
+    if message_id.is_empty() {
+        return Err(Error::invalid("message_id", "must not be empty"));
+    }
+    if message_id.len() > MAX_NAME_LEN {
+        return Err(Error::invalid(
+            "message_id",
+            "is not a message id redq issued",
+        ));
+    }
+    Ok(())
+}
+
+/// The nack delay: None for the subscription's backoff.
+pub fn nack_delay(
+    delay: Option<prost_types::Duration>,
+    limits: &Limits,
+) -> Result<Option<Duration>> {
+    optional_duration("delay", delay, limits.max_delay)
 }
 
 pub fn subscribe_options(
@@ -116,6 +285,8 @@ pub fn subscribe_options(
         max_outstanding_messages,
         ack_deadline,
         start,
+        retry_policy,
+        max_delivery_attempts,
     } = request;
     check_name("topic", &topic)?;
     check_name("subscription", &subscription)?;
@@ -146,6 +317,34 @@ pub fn subscribe_options(
             ));
         }
     };
+    let pb::RetryPolicy {
+        minimum_backoff,
+        maximum_backoff,
+    } = retry_policy.unwrap_or_default();
+    let retry = RetryPolicy {
+        minimum_backoff: optional_duration(
+            "retry_policy.minimum_backoff",
+            minimum_backoff,
+            limits.max_delay,
+        )?
+        .unwrap_or(limits.retry_min_backoff),
+        maximum_backoff: optional_duration(
+            "retry_policy.maximum_backoff",
+            maximum_backoff,
+            limits.max_delay,
+        )?
+        .unwrap_or(limits.retry_max_backoff),
+        max_delivery_attempts: match max_delivery_attempts {
+            0 => limits.max_delivery_attempts,
+            n => n,
+        },
+    };
+    if retry.minimum_backoff > retry.maximum_backoff {
+        return Err(Error::invalid(
+            "retry_policy",
+            "minimum_backoff must not exceed maximum_backoff",
+        ));
+    }
     Ok(SubscribeOptions {
         topic,
         subscription,
@@ -153,6 +352,7 @@ pub fn subscribe_options(
         max_outstanding,
         ack_deadline,
         start,
+        retry,
     })
 }
 
@@ -215,18 +415,64 @@ pub fn received_message(delivery: Delivery) -> pb::ReceivedMessage {
         entry,
         attempt,
     } = delivery;
-    let publish_time = timestamp_ms(entry.publish_time_ms());
     pb::ReceivedMessage {
         ack_id,
-        message: Some(pb::Message {
-            id: entry.id,
-            payload: entry.payload,
-            attributes: entry.attributes,
-            ordering_key: entry.ordering_key,
-            publish_time: Some(publish_time),
-            deliver_at: Some(publish_time),
-        }),
+        message: Some(message(entry)),
         delivery_attempt: attempt,
+    }
+}
+
+fn message(entry: Entry) -> pb::Message {
+    let publish_time = entry.publish_time_ms();
+    pb::Message {
+        id: entry.message_id,
+        payload: entry.payload,
+        attributes: entry.attributes,
+        ordering_key: entry.ordering_key,
+        publish_time: Some(timestamp_ms(publish_time)),
+        deliver_at: Some(timestamp_ms(entry.due_ms.unwrap_or(publish_time))),
+    }
+}
+
+/// Page size and position of a ListDeadLetters request.
+pub fn dead_letter_page(page_size: u32, page_token: &str) -> Result<(u32, Option<String>)> {
+    let page_size = match page_size {
+        0 => DEFAULT_PAGE_SIZE,
+        n if n > MAX_PAGE_SIZE => {
+            return Err(Error::invalid(
+                "page_size",
+                format!("at most {MAX_PAGE_SIZE}"),
+            ));
+        }
+        n => n,
+    };
+    let after = match page_token {
+        "" => None,
+        token if is_entry_id(token) => Some(token.to_owned()),
+        _ => return Err(Error::invalid("page_token", "is not a token redq issued")),
+    };
+    Ok((page_size, after))
+}
+
+pub fn dead_letter(dead_letter: DeadLetter) -> pb::DeadLetter {
+    let DeadLetter {
+        id,
+        entry,
+        attempts,
+        reason,
+        dead_lettered_ms,
+    } = dead_letter;
+    let reason = match reason {
+        Some(DeadLetterReason::Nacked) => pb::DeadLetterReason::Nacked,
+        Some(DeadLetterReason::DeadlineExceeded) => pb::DeadLetterReason::DeadlineExceeded,
+        None => pb::DeadLetterReason::Unspecified,
+    };
+    pb::DeadLetter {
+        dead_letter_id: id,
+        message: Some(message(entry)),
+        delivery_attempts: attempts,
+        reason: reason.into(),
+        dead_lettered_at: Some(timestamp_ms(dead_lettered_ms)),
     }
 }
 
@@ -280,7 +526,7 @@ mod tests {
             max_attribute_bytes: 8,
             ..Limits::default()
         };
-        let field = |messages| field_of(publish_entries(messages, &limits).unwrap_err());
+        let field = |messages| field_of(publish_messages(messages, &limits).unwrap_err());
         assert_eq!(field(vec![]), "messages");
         assert_eq!(field(vec![message(b"a"); 3]), "messages");
         assert_eq!(
@@ -295,7 +541,7 @@ mod tests {
         big.attributes = HashMap::from([("key".into(), "valuevalue".into())]);
         assert_eq!(field(vec![big]), "messages[0].attributes[\"key\"]");
         assert_eq!(
-            publish_entries(vec![message(b"abcd")], &limits)
+            publish_messages(vec![message(b"abcd")], &limits)
                 .unwrap()
                 .len(),
             1
@@ -345,6 +591,122 @@ mod tests {
         assert_eq!(
             field_of(leases("t", "s", &[], &limits).unwrap_err()),
             "ack_ids"
+        );
+    }
+
+    #[test]
+    fn due_times_take_one_of_deliver_at_and_delay() {
+        let limits = Limits::default();
+        let at = prost_types::Timestamp {
+            seconds: 1,
+            nanos: 2_000_000,
+        };
+        let delay = prost_types::Duration {
+            seconds: 3,
+            nanos: 0,
+        };
+        assert_eq!(due("", None, None, &limits).unwrap(), Due::Now);
+        assert_eq!(due("", Some(at), None, &limits).unwrap(), Due::At(1002));
+        assert_eq!(
+            due("", None, Some(delay), &limits).unwrap(),
+            Due::After(Duration::from_secs(3))
+        );
+        let both = due("messages[2].", Some(at), Some(delay), &limits).unwrap_err();
+        assert_eq!(field_of(both), "messages[2].deliver_at");
+        let negative = prost_types::Duration {
+            seconds: -1,
+            nanos: 0,
+        };
+        assert_eq!(
+            field_of(due("", None, Some(negative), &limits).unwrap_err()),
+            "delay"
+        );
+        let years = prost_types::Duration {
+            seconds: 11 * 365 * 86_400,
+            nanos: 0,
+        };
+        assert_eq!(
+            field_of(due("", None, Some(years), &limits).unwrap_err()),
+            "delay"
+        );
+        let year = prost_types::Duration {
+            seconds: 366 * 86_400,
+            nanos: 0,
+        };
+        assert!(due("", None, Some(year), &limits).is_ok());
+    }
+
+    #[test]
+    fn schedule_requests_need_a_time_on_the_request_only() {
+        let limits = Limits::default();
+        let delay = Some(prost_types::Duration {
+            seconds: 1,
+            nanos: 0,
+        });
+        assert_eq!(
+            field_of(scheduled_message(None, None, delay, &limits).unwrap_err()),
+            "message"
+        );
+        assert_eq!(
+            field_of(scheduled_message(Some(message(b"a")), None, None, &limits).unwrap_err()),
+            "deliver_at"
+        );
+        let inner = pb::PublishMessage {
+            delay,
+            ..message(b"a")
+        };
+        assert_eq!(
+            field_of(scheduled_message(Some(inner), None, delay, &limits).unwrap_err()),
+            "message.delay"
+        );
+        let scheduled = scheduled_message(Some(message(b"a")), None, delay, &limits).unwrap();
+        assert_eq!(scheduled.due, Due::After(Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn retry_policy_defaults_and_order() {
+        let limits = Limits::default();
+        let request = pb::SubscribeRequest {
+            topic: "t".into(),
+            subscription: "s".into(),
+            ..Default::default()
+        };
+        let retry = subscribe_options(request.clone(), &limits).unwrap().retry;
+        assert_eq!(retry.minimum_backoff, limits.retry_min_backoff);
+        assert_eq!(retry.max_delivery_attempts, 0);
+        let inverted = pb::SubscribeRequest {
+            retry_policy: Some(pb::RetryPolicy {
+                minimum_backoff: Some(prost_types::Duration {
+                    seconds: 5,
+                    nanos: 0,
+                }),
+                maximum_backoff: Some(prost_types::Duration {
+                    seconds: 1,
+                    nanos: 0,
+                }),
+            }),
+            ..request
+        };
+        assert_eq!(
+            field_of(subscribe_options(inverted, &limits).unwrap_err()),
+            "retry_policy"
+        );
+    }
+
+    #[test]
+    fn dead_letter_pages_are_bounded() {
+        assert_eq!(dead_letter_page(0, "").unwrap(), (DEFAULT_PAGE_SIZE, None));
+        assert_eq!(
+            field_of(dead_letter_page(MAX_PAGE_SIZE + 1, "").unwrap_err()),
+            "page_size"
+        );
+        assert_eq!(
+            field_of(dead_letter_page(10, "nope").unwrap_err()),
+            "page_token"
+        );
+        assert_eq!(
+            dead_letter_page(10, "5-0").unwrap(),
+            (10, Some("5-0".into()))
         );
     }
 

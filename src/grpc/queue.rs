@@ -3,8 +3,10 @@
 use super::convert;
 use crate::broker::Broker;
 use crate::config::Limits;
+use crate::error::Error;
 use crate::pb;
 use crate::pb::queue_service_server::QueueService;
+use crate::store::stream::Due;
 use futures::Stream;
 use std::pin::Pin;
 use tokio_stream::StreamExt;
@@ -32,9 +34,60 @@ impl QueueService for QueueApi {
     ) -> Result<Response<pb::PublishResponse>, Status> {
         let pb::PublishRequest { topic, messages } = request.into_inner();
         convert::check_name("topic", &topic)?;
-        let entries = convert::publish_entries(messages, &self.limits)?;
-        let message_ids = self.broker.publish(&topic, entries).await?;
-        Ok(Response::new(pb::PublishResponse { message_ids }))
+        let messages = convert::publish_messages(messages, &self.limits)?;
+        let published = self.broker.publish(&topic, messages).await?;
+        Ok(Response::new(convert::publish_response(published)))
+    }
+
+    async fn schedule_delayed(
+        &self,
+        request: Request<pb::ScheduleDelayedRequest>,
+    ) -> Result<Response<pb::ScheduleDelayedResponse>, Status> {
+        let pb::ScheduleDelayedRequest {
+            topic,
+            message,
+            deliver_at,
+            delay,
+        } = request.into_inner();
+        convert::check_name("topic", &topic)?;
+        let message = convert::scheduled_message(message, deliver_at, delay, &self.limits)?;
+        let published = self.broker.publish(&topic, vec![message]).await?;
+        let published = published
+            .into_iter()
+            .next()
+            .ok_or_else(|| Status::internal("internal error"))?;
+        Ok(Response::new(convert::schedule_response(published)))
+    }
+
+    async fn cancel_scheduled(
+        &self,
+        request: Request<pb::CancelScheduledRequest>,
+    ) -> Result<Response<pb::CancelScheduledResponse>, Status> {
+        let pb::CancelScheduledRequest { topic, message_id } = request.into_inner();
+        convert::check_name("topic", &topic)?;
+        convert::message_id(&message_id)?;
+        let cancelled = self.broker.cancel_scheduled(&topic, &message_id).await?;
+        Ok(Response::new(pb::CancelScheduledResponse { cancelled }))
+    }
+
+    async fn reschedule_delayed(
+        &self,
+        request: Request<pb::RescheduleDelayedRequest>,
+    ) -> Result<Response<pb::RescheduleDelayedResponse>, Status> {
+        let pb::RescheduleDelayedRequest {
+            topic,
+            message_id,
+            deliver_at,
+            delay,
+        } = request.into_inner();
+        convert::check_name("topic", &topic)?;
+        convert::message_id(&message_id)?;
+        let due = convert::due("", deliver_at, delay, &self.limits)?;
+        if due == Due::Now {
+            return Err(Error::invalid("deliver_at", "set deliver_at or delay").into());
+        }
+        let rescheduled = self.broker.reschedule(&topic, &message_id, due).await?;
+        Ok(Response::new(convert::reschedule_response(rescheduled)))
     }
 
     type SubscribeStream = SubscribeStream;
@@ -74,9 +127,13 @@ impl QueueService for QueueApi {
             topic,
             subscription,
             ack_ids,
+            delay,
         } = request.into_inner();
         let leases = convert::leases(&topic, &subscription, &ack_ids, &self.limits)?;
-        self.broker.nack(&topic, &subscription, &leases).await?;
+        let delay = convert::nack_delay(delay, &self.limits)?;
+        self.broker
+            .nack(&topic, &subscription, &leases, delay)
+            .await?;
         Ok(Response::new(pb::NackResponse {}))
     }
 
@@ -91,8 +148,8 @@ impl QueueService for QueueApi {
             ack_deadline,
         } = request.into_inner();
         let leases = convert::leases(&topic, &subscription, &ack_ids, &self.limits)?;
-        let ack_deadline = ack_deadline
-            .ok_or_else(|| crate::error::Error::invalid("ack_deadline", "is required"))?;
+        let ack_deadline =
+            ack_deadline.ok_or_else(|| Error::invalid("ack_deadline", "is required"))?;
         let deadline = convert::lease_duration("ack_deadline", ack_deadline, &self.limits, true)?;
         self.broker
             .modify_ack_deadline(&topic, &subscription, &leases, deadline)

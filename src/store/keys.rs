@@ -27,9 +27,46 @@ impl TopicKeys {
         format!("redq:{{{}}}:stream", self.topic)
     }
 
-    /// ZSET of the subscription's delivered, unacked entries: id → lease deadline (ms).
-    pub fn leases(&self, subscription: &str) -> String {
-        format!("redq:{{{}}}:leases:{}", self.topic, subscription)
+    /// ZSET of scheduled messages: message id → due time (ms).
+    pub fn scheduled(&self) -> String {
+        format!("redq:{{{}}}:scheduled", self.topic)
+    }
+
+    /// HASH of scheduled messages: message id → the entry's fields (msgpack).
+    pub fn scheduled_messages(&self) -> String {
+        format!("redq:{{{}}}:scheduled:msgs", self.topic)
+    }
+
+    /// STRING holding the id of the message published with `dedupe_id`,
+    /// expiring with the dedupe window.
+    pub fn dedupe(&self, dedupe_id: &str) -> String {
+        format!("redq:{{{}}}:dedupe:{}", self.topic, dedupe_id)
+    }
+
+    /// HASH of a subscription's settings (retry backoff, max delivery attempts).
+    pub fn subscription(&self, subscription: &str) -> String {
+        format!("redq:{{{}}}:sub:{}", self.topic, subscription)
+    }
+
+    /// ZSET of the subscription's pending entries: id → when something is due
+    /// for it (the end of its lease, or its retry time while parked).
+    pub fn timers(&self, subscription: &str) -> String {
+        format!("redq:{{{}}}:sub:{}:timers", self.topic, subscription)
+    }
+
+    /// STREAM of the subscription's dead letters.
+    pub fn dead_letters(&self, subscription: &str) -> String {
+        format!("redq:{{{}}}:sub:{}:dlq", self.topic, subscription)
+    }
+
+    /// The keys a lease operation on `subscription` touches, in script order.
+    pub fn lease_keys(&self, subscription: &str) -> [String; 4] {
+        [
+            self.stream(),
+            self.timers(subscription),
+            self.subscription(subscription),
+            self.dead_letters(subscription),
+        ]
     }
 }
 
@@ -41,8 +78,15 @@ mod tests {
     fn keys_of_a_topic_share_one_hash_tag() {
         let keys = TopicKeys::new("orders");
         assert_eq!(keys.stream(), "redq:{orders}:stream");
-        assert_eq!(keys.leases("billing"), "redq:{orders}:leases:billing");
-        for key in [keys.stream(), keys.leases("x")] {
+        assert_eq!(keys.timers("billing"), "redq:{orders}:sub:billing:timers");
+        let mut all = vec![
+            keys.stream(),
+            keys.scheduled(),
+            keys.scheduled_messages(),
+            keys.dedupe("d"),
+        ];
+        all.extend(keys.lease_keys("billing"));
+        for key in all {
             assert!(key.contains("{orders}"));
         }
     }

@@ -1,9 +1,14 @@
-//! Deliveries and their leases: a consumer group's pending entries plus a
-//! ZSET of lease deadlines per subscription. A lease ends with an ack, or
-//! expires and the entry goes to the next consumer that fetches.
+//! Subscriptions, deliveries and their leases: a consumer group's pending
+//! entries plus a ZSET of timers per subscription (when a lease ends, or when
+//! a parked entry is due for retry). A lease ends with an ack; or it runs
+//! out or is nacked, and the entry waits out its retry backoff (or goes to
+//! the dead letters after its last attempt) before the next consumer gets it.
 
-use super::scripts::{EXTEND_LEASES, FETCH_DELIVERIES, PRUNE_CONSUMERS, RELEASE_CONSUMER};
-use super::stream::{Entry, as_array, as_int, decode_entry};
+use super::scripts::{
+    END_LEASES, ENSURE_SUBSCRIPTION, EXTEND_LEASES, FETCH_DELIVERIES, PRUNE_CONSUMERS,
+    RELEASE_CONSUMER,
+};
+use super::stream::{Entry, GroupStart, as_array, as_int, decode_entry};
 use super::{Store, TopicKeys};
 use crate::error::{Error, Result};
 use redis::Value;
@@ -36,14 +41,49 @@ pub struct ConsumerSpec<'a> {
     pub lease: Duration,
 }
 
+/// How a subscription retries and when it gives up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    pub minimum_backoff: Duration,
+    pub maximum_backoff: Duration,
+    /// Deliveries before a message is dead-lettered; 0 for unlimited.
+    pub max_delivery_attempts: u32,
+}
+
 impl Store {
+    /// Creates the subscription with `retry` unless it exists (an existing
+    /// one keeps its settings); true when created.
+    pub async fn ensure_subscription(
+        &self,
+        keys: &TopicKeys,
+        subscription: &str,
+        start: GroupStart,
+        retry: RetryPolicy,
+    ) -> Result<bool> {
+        let start_id = match start {
+            GroupStart::Earliest => "0",
+            GroupStart::Latest => "$",
+        };
+        let mut conn = self.connection().await?;
+        let created: i64 = ENSURE_SUBSCRIPTION
+            .key(keys.stream())
+            .key(keys.subscription(subscription))
+            .arg(subscription)
+            .arg(start_id)
+            .arg(retry.minimum_backoff.as_millis() as u64)
+            .arg(retry.maximum_backoff.as_millis() as u64)
+            .arg(retry.max_delivery_attempts)
+            .invoke_async(&mut *conn)
+            .await?;
+        Ok(created == 1)
+    }
+
     /// Hands `spec.consumer` up to `limit` deliveries: expired leases first, then
     /// new entries, within its room; each gets a lease of `spec.lease`.
     pub async fn fetch(&self, spec: &ConsumerSpec<'_>, limit: u32) -> Result<Fetched> {
         let mut conn = self.connection().await?;
         let reply: Value = FETCH_DELIVERIES
-            .key(spec.keys.stream())
-            .key(spec.keys.leases(spec.group))
+            .key(&spec.keys.lease_keys(spec.group)[..])
             .arg(spec.group)
             .arg(spec.consumer)
             .arg(spec.max_outstanding)
@@ -82,7 +122,7 @@ impl Store {
             .arg(group)
             .arg(entry_ids)
             .cmd("ZREM")
-            .arg(keys.leases(group))
+            .arg(keys.timers(group))
             .arg(entry_ids)
             .query_async(&mut *conn)
             .await
@@ -90,8 +130,8 @@ impl Store {
         Ok(())
     }
 
-    /// Sets each lease still held by its consumer to end `lease` from now
-    /// (zero: ready for redelivery). Returns, per lease, whether it was held.
+    /// Sets each lease still held by its consumer to end `lease` from now.
+    /// Returns, per lease, whether it was held.
     pub async fn extend(
         &self,
         keys: &TopicKeys,
@@ -101,9 +141,33 @@ impl Store {
     ) -> Result<Vec<bool>> {
         let mut invocation = EXTEND_LEASES.key(keys.stream());
         invocation
-            .key(keys.leases(group))
+            .key(keys.timers(group))
             .arg(group)
             .arg(lease.as_millis() as u64);
+        self.with_leases(invocation, leases).await
+    }
+
+    /// Ends the leases still held by their consumer: each message is parked
+    /// for `delay` (None: the subscription's retry backoff), or dead-lettered
+    /// after its last attempt. Returns, per lease, whether it was held.
+    pub async fn end_leases(
+        &self,
+        keys: &TopicKeys,
+        group: &str,
+        leases: &[Lease],
+        delay: Option<Duration>,
+    ) -> Result<Vec<bool>> {
+        let delay_ms = delay.map_or(-1, |d| d.as_millis() as i64);
+        let mut invocation = END_LEASES.key(&keys.lease_keys(group)[..]);
+        invocation.arg(group).arg(delay_ms);
+        self.with_leases(invocation, leases).await
+    }
+
+    async fn with_leases(
+        &self,
+        mut invocation: redis::ScriptInvocation<'_>,
+        leases: &[Lease],
+    ) -> Result<Vec<bool>> {
         for held in leases {
             invocation
                 .arg(&held.entry_id)

@@ -1,8 +1,10 @@
 //! Redis storage: one module per Redis structure, each command or script in
 //! one place. Nothing above this module builds a key or sends a command.
 
+pub mod dead_letters;
 pub mod keys;
 pub mod leases;
+pub mod scheduled;
 mod scripts;
 pub mod stream;
 

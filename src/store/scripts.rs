@@ -1,17 +1,33 @@
 //! The Lua scripts, loaded once. Each file in `lua/` documents its KEYS, ARGV
 //! and reply; scripts are used only where several steps must be atomic.
+//! `lua/lib.lua` holds the helpers several scripts share and is prepended to
+//! the scripts that use it.
 
 use redis::Script;
 use std::sync::LazyLock;
 
-pub static FETCH_DELIVERIES: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lua/fetch_deliveries.lua")));
+macro_rules! script {
+    ($name:ident, $file:literal) => {
+        pub static $name: LazyLock<Script> =
+            LazyLock::new(|| Script::new(include_str!(concat!("lua/", $file))));
+    };
+    ($name:ident, $file:literal, with_lib) => {
+        pub static $name: LazyLock<Script> = LazyLock::new(|| {
+            Script::new(concat!(
+                include_str!("lua/lib.lua"),
+                include_str!(concat!("lua/", $file))
+            ))
+        });
+    };
+}
 
-pub static EXTEND_LEASES: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lua/extend_leases.lua")));
-
-pub static RELEASE_CONSUMER: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lua/release_consumer.lua")));
-
-pub static PRUNE_CONSUMERS: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lua/prune_consumers.lua")));
+script!(ENSURE_SUBSCRIPTION, "ensure_subscription.lua");
+script!(FETCH_DELIVERIES, "fetch_deliveries.lua", with_lib);
+script!(END_LEASES, "end_leases.lua", with_lib);
+script!(EXTEND_LEASES, "extend_leases.lua", with_lib);
+script!(RELEASE_CONSUMER, "release_consumer.lua");
+script!(PRUNE_CONSUMERS, "prune_consumers.lua");
+script!(PUBLISH_MESSAGES, "publish_messages.lua", with_lib);
+script!(PROMOTE_DUE, "promote_due.lua", with_lib);
+script!(CANCEL_SCHEDULED, "cancel_scheduled.lua");
+script!(RESCHEDULE, "reschedule.lua", with_lib);

@@ -1,10 +1,12 @@
-//! The topic stream: appending messages, consumer groups, waiting for new
-//! entries, and the compact layout of an entry.
+//! The topic stream: appending messages (now, scheduled, deduplicated),
+//! consumer groups, waiting for new entries, and the compact layout of an entry.
 //!
-//! An entry holds at most three fields with one-letter names, to keep Redis
-//! memory per message low: `p` payload, `a` attributes (protobuf-encoded
-//! once), `k` ordering key. Empty ones are left out.
+//! An entry holds one-letter fields, to keep Redis memory per message low:
+//! `p` payload, `a` attributes (protobuf-encoded once), `k` ordering key
+//! (empty ones are left out); promoted scheduled messages add `i` (message
+//! id) and `d` (due time, ms); dead letters add `e`, `n`, `r` (see lua/lib.lua).
 
+use super::scripts::PUBLISH_MESSAGES;
 use super::{Store, TopicKeys};
 use crate::error::{Error, Result};
 use bytes::Bytes;
@@ -12,20 +14,51 @@ use prost::Message as _;
 use redis::Value;
 use redis::aio::MultiplexedConnection;
 use std::collections::HashMap;
+use std::time::Duration;
 
-/// A message about to be appended.
+/// A message about to be published.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct NewEntry {
+pub struct NewMessage {
     pub payload: Bytes,
     pub attributes: HashMap<String, String>,
     pub ordering_key: String,
+    /// Idempotency key; empty for none.
+    pub dedupe_id: String,
+    pub due: Due,
 }
 
-/// A message read back from a stream. Its id is the stream entry id, which
-/// also carries the publish time.
+/// When a message should be delivered.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Due {
+    #[default]
+    Now,
+    /// At this time, in ms since the Unix epoch (by Redis' clock).
+    At(u64),
+    /// After this long, counted from when Redis runs the publish.
+    After(Duration),
+}
+
+/// The outcome of publishing one message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Published {
+    pub message_id: String,
+    /// The dedupe id was already used in the window; `message_id` is the original's.
+    pub duplicate: bool,
+    /// When the message is (or was) due, in ms since the epoch; None for duplicates.
+    pub due_ms: Option<u64>,
+    /// How long until it is due, when it waits in the schedule rather than in the stream.
+    pub scheduled_in: Option<Duration>,
+}
+
+/// A message read back from a stream.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Entry {
+    /// Stream entry id; it also carries the time the entry was appended.
     pub id: String,
+    /// The id its publisher got: the entry id, or the scheduled message's id.
+    pub message_id: String,
+    /// Due time of a scheduled message, ms since the epoch.
+    pub due_ms: Option<u64>,
     pub payload: Bytes,
     pub attributes: HashMap<String, String>,
     pub ordering_key: String,
@@ -40,6 +73,7 @@ impl Entry {
     /// Approximate size on the wire, used to keep responses small enough for clients.
     pub fn wire_size(&self) -> usize {
         self.id.len()
+            + self.message_id.len()
             + self.payload.len()
             + self.ordering_key.len()
             + self
@@ -47,7 +81,7 @@ impl Entry {
                 .iter()
                 .map(|(k, v)| k.len() + v.len() + 4)
                 .sum::<usize>()
-            + 32
+            + 48
     }
 }
 
@@ -67,9 +101,37 @@ struct StoredAttributes {
     attributes: HashMap<String, String>,
 }
 
-const PAYLOAD: &str = "p";
-const ATTRIBUTES: &str = "a";
-const ORDERING_KEY: &str = "k";
+/// Calls `field` with each (name, value) of the entry layout of `message`.
+fn for_each_field(message: &NewMessage, mut field: impl FnMut(&'static str, &[u8])) {
+    field("p", &message.payload);
+    if !message.attributes.is_empty() {
+        let encoded = StoredAttributes {
+            attributes: message.attributes.clone(),
+        }
+        .encode_to_vec();
+        field("a", &encoded);
+    }
+    if !message.ordering_key.is_empty() {
+        field("k", message.ordering_key.as_bytes());
+    }
+}
+
+/// Length of the random part of a scheduled message's id, in hex digits.
+const SCHEDULED_ID_HEX: usize = 20;
+
+/// A fresh id for a scheduled message: `s` and 80 random bits in hex. The
+/// prefix tells scheduled ids from stream entry ids.
+fn new_scheduled_id() -> String {
+    let random = uuid::Uuid::new_v4().simple().to_string();
+    format!("s{}", &random[..SCHEDULED_ID_HEX])
+}
+
+/// Whether `id` has the shape of a scheduled message id.
+pub fn is_scheduled_id(id: &str) -> bool {
+    id.len() == SCHEDULED_ID_HEX + 1
+        && id.starts_with('s')
+        && id[1..].bytes().all(|b| b.is_ascii_hexdigit())
+}
 
 /// The time part of a stream entry id (`<ms>-<seq>`).
 pub fn entry_time_ms(id: &str) -> Option<u64> {
@@ -85,27 +147,106 @@ pub fn is_entry_id(id: &str) -> bool {
 }
 
 impl Store {
-    /// Appends a batch of messages to the topic's stream in one round trip,
-    /// returning their ids in order.
-    pub async fn append(&self, keys: &TopicKeys, entries: &[NewEntry]) -> Result<Vec<String>> {
+    /// Publishes a batch in order: plain messages with one pipelined round
+    /// trip, batches with scheduled or deduplicated messages with one script.
+    pub async fn publish(
+        &self,
+        keys: &TopicKeys,
+        messages: &[NewMessage],
+        dedupe_window: Duration,
+    ) -> Result<Vec<Published>> {
+        let plain = messages
+            .iter()
+            .all(|m| m.due == Due::Now && m.dedupe_id.is_empty());
+        if plain {
+            self.append(keys, messages).await
+        } else {
+            self.publish_scripted(keys, messages, dedupe_window).await
+        }
+    }
+
+    async fn append(&self, keys: &TopicKeys, messages: &[NewMessage]) -> Result<Vec<Published>> {
         let stream = keys.stream();
         let mut pipe = redis::pipe();
-        for entry in entries {
+        for message in messages {
             let cmd = pipe.cmd("XADD").arg(&stream).arg("*");
-            cmd.arg(PAYLOAD).arg(entry.payload.as_ref());
-            if !entry.attributes.is_empty() {
-                let encoded = StoredAttributes {
-                    attributes: entry.attributes.clone(),
-                }
-                .encode_to_vec();
-                cmd.arg(ATTRIBUTES).arg(encoded);
-            }
-            if !entry.ordering_key.is_empty() {
-                cmd.arg(ORDERING_KEY).arg(&entry.ordering_key);
+            for_each_field(message, |name, value| {
+                cmd.arg(name).arg(value);
+            });
+        }
+        let mut conn = self.connection().await?;
+        let ids: Vec<String> = pipe.query_async(&mut *conn).await?;
+        Ok(ids
+            .into_iter()
+            .map(|id| Published {
+                due_ms: entry_time_ms(&id),
+                message_id: id,
+                duplicate: false,
+                scheduled_in: None,
+            })
+            .collect())
+    }
+
+    async fn publish_scripted(
+        &self,
+        keys: &TopicKeys,
+        messages: &[NewMessage],
+        dedupe_window: Duration,
+    ) -> Result<Vec<Published>> {
+        let mut invocation = PUBLISH_MESSAGES.key(keys.stream());
+        invocation
+            .key(keys.scheduled())
+            .key(keys.scheduled_messages())
+            .arg(dedupe_window.as_millis() as u64);
+        let mut dedupe_keys = 0;
+        for message in messages {
+            let (kind, amount) = match message.due {
+                Due::Now => ("n", 0),
+                Due::At(ms) => ("a", ms),
+                Due::After(delay) => ("d", delay.as_millis() as u64),
+            };
+            let dedupe_index = if message.dedupe_id.is_empty() {
+                0
+            } else {
+                invocation.key(keys.dedupe(&message.dedupe_id));
+                dedupe_keys += 1;
+                3 + dedupe_keys
+            };
+            let mut fields: Vec<(&str, Vec<u8>)> = Vec::new();
+            for_each_field(message, |name, value| fields.push((name, value.to_vec())));
+            invocation
+                .arg(new_scheduled_id())
+                .arg(kind)
+                .arg(amount)
+                .arg(dedupe_index)
+                .arg(fields.len() * 2);
+            for (name, value) in fields {
+                invocation.arg(name).arg(value);
             }
         }
         let mut conn = self.connection().await?;
-        Ok(pipe.query_async(&mut *conn).await?)
+        let reply: Value = invocation.invoke_async(&mut *conn).await?;
+        let mut reply = as_array(reply)?.into_iter();
+        let now = as_int(reply.next().unwrap_or(Value::Nil))?;
+        as_array(reply.next().unwrap_or(Value::Nil))?
+            .into_iter()
+            .map(|item| {
+                let mut parts = as_array(item)?.into_iter();
+                let (Some(id), Some(duplicate), Some(due)) =
+                    (parts.next(), parts.next(), parts.next())
+                else {
+                    return Err(Error::Corrupt("short publish reply".into()));
+                };
+                let due = as_int(due)?;
+                Ok(Published {
+                    message_id: as_string(id)?,
+                    duplicate: as_int(duplicate)? == 1,
+                    due_ms: u64::try_from(due).ok().filter(|&d| d > 0),
+                    scheduled_in: (due > now)
+                        .then(|| Duration::from_millis(u64::try_from(due - now).unwrap_or(0))),
+                })
+            })
+            .collect()
     }
 
     /// Remembers a topic name, for listing topics.
@@ -117,32 +258,6 @@ impl Store {
             .query_async(&mut *conn)
             .await?;
         Ok(())
-    }
-
-    /// Creates the consumer group of a subscription (and the stream) unless it exists.
-    pub async fn ensure_group(
-        &self,
-        keys: &TopicKeys,
-        group: &str,
-        start: GroupStart,
-    ) -> Result<()> {
-        let start_id = match start {
-            GroupStart::Earliest => "0",
-            GroupStart::Latest => "$",
-        };
-        let mut conn = self.connection().await?;
-        let created: redis::RedisResult<()> = redis::cmd("XGROUP")
-            .arg("CREATE")
-            .arg(keys.stream())
-            .arg(group)
-            .arg(start_id)
-            .arg("MKSTREAM")
-            .query_async(&mut *conn)
-            .await;
-        match created {
-            Err(err) if err.code() == Some("BUSYGROUP") => Ok(()),
-            other => Ok(other?),
-        }
     }
 
     /// Id of the newest entry of the stream, `0-0` when there is none.
@@ -191,30 +306,53 @@ impl Store {
     }
 }
 
-/// Decodes `[id, [field, value, ...]]` as returned by XRANGE, XREADGROUP and XCLAIM.
-pub(super) fn decode_entry(id: Value, fields: Value) -> Result<Entry> {
+/// Decodes `[id, [field, value, ...]]` as returned by XRANGE, XREADGROUP and
+/// XCLAIM; fields outside the message layout go to `other`.
+pub(super) fn decode_entry_with(
+    id: Value,
+    fields: Value,
+    mut other: impl FnMut(&[u8], Vec<u8>),
+) -> Result<Entry> {
+    let id = as_string(id)?;
     let mut entry = Entry {
-        id: as_string(id)?,
+        message_id: id.clone(),
+        id,
         ..Entry::default()
     };
+    let corrupt = |what: &str, id: &str| Error::Corrupt(format!("{what} of entry {id}"));
     let mut fields = as_array(fields)?.into_iter();
     while let (Some(name), Some(value)) = (fields.next(), fields.next()) {
+        let name = as_bytes(name)?;
         let value = as_bytes(value)?;
-        match as_bytes(name)?.as_slice() {
+        match name.as_slice() {
             b"p" => entry.payload = Bytes::from(value),
             b"a" => {
                 entry.attributes = StoredAttributes::decode(value.as_slice())
-                    .map_err(|e| Error::Corrupt(format!("attributes of {}: {e}", entry.id)))?
+                    .map_err(|_| corrupt("attributes", &entry.id))?
                     .attributes
             }
             b"k" => {
-                entry.ordering_key = String::from_utf8(value)
-                    .map_err(|_| Error::Corrupt(format!("ordering key of {}", entry.id)))?
+                entry.ordering_key =
+                    String::from_utf8(value).map_err(|_| corrupt("ordering key", &entry.id))?
             }
-            _ => {} // fields of later versions are ignored, not fatal
+            b"i" => {
+                entry.message_id =
+                    String::from_utf8(value).map_err(|_| corrupt("message id", &entry.id))?
+            }
+            b"d" => {
+                let due = std::str::from_utf8(&value)
+                    .ok()
+                    .and_then(|d| d.parse().ok());
+                entry.due_ms = Some(due.ok_or_else(|| corrupt("due time", &entry.id))?);
+            }
+            _ => other(&name, value),
         }
     }
     Ok(entry)
+}
+
+pub(super) fn decode_entry(id: Value, fields: Value) -> Result<Entry> {
+    decode_entry_with(id, fields, |_, _| {}) // fields of later versions are ignored
 }
 
 pub(super) fn as_array(value: Value) -> Result<Vec<Value>> {
@@ -252,6 +390,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn scheduled_ids_are_told_from_entry_ids() {
+        let id = new_scheduled_id();
+        assert!(is_scheduled_id(&id), "{id}");
+        assert!(!is_entry_id(&id));
+        assert!(!is_scheduled_id("1700000000000-0"));
+        assert_ne!(new_scheduled_id(), id);
+    }
+
+    #[test]
     fn entry_ids_carry_their_time() {
         assert_eq!(entry_time_ms("1700000000123-7"), Some(1_700_000_000_123));
         assert!(is_entry_id("1-0"));
@@ -273,8 +420,14 @@ mod tests {
             Value::BulkString(attributes),
             Value::BulkString(b"k".to_vec()),
             Value::BulkString(b"customer-7".to_vec()),
+            Value::BulkString(b"i".to_vec()),
+            Value::BulkString(b"s0123456789abcdef0123".to_vec()),
+            Value::BulkString(b"d".to_vec()),
+            Value::BulkString(b"4".to_vec()),
         ]);
         let entry = decode_entry(Value::BulkString(b"5-1".to_vec()), fields).unwrap();
+        assert_eq!(entry.message_id, "s0123456789abcdef0123");
+        assert_eq!(entry.due_ms, Some(4));
         assert_eq!(entry.payload, Bytes::from_static(b"hello"));
         assert_eq!(entry.attributes["kind"], "order");
         assert_eq!(entry.ordering_key, "customer-7");

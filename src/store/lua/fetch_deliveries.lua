@@ -1,79 +1,81 @@
--- Hands a consumer its next deliveries: expired leases first (redelivery),
--- then new entries, never more than the consumer's room allows, and records
--- a lease for each one. Atomic, so two consumers never get one entry at once.
+-- Hands a consumer its next deliveries, within its room, and records a lease
+-- for each. First it settles what is due in the subscription's timers: ended
+-- leases are parked for their retry backoff (or dead-lettered after the last
+-- attempt), parked entries whose time has come are delivered; then new
+-- entries. Atomic, so two consumers never hold one entry at once.
 --
--- KEYS[1] stream, KEYS[2] leases ZSET of the subscription (id -> deadline ms)
+-- KEYS[1] stream, KEYS[2] timers ZSET, KEYS[3] subscription settings HASH, KEYS[4] dead letters STREAM
 -- ARGV[1] group, ARGV[2] consumer, ARGV[3] max outstanding for this consumer,
--- ARGV[4] most deliveries to return, ARGV[5] lease length in ms
+-- ARGV[4] most deliveries (and due timers) to handle, ARGV[5] lease length in ms
 -- Returns { wait_ms, { {id, delivery_count, {field, value, ...}}, ... } }
---   wait_ms: ms until the next lease this consumer could act on expires, -1 if none.
+--   wait_ms: ms until the next timer this consumer could act on, -1 if none.
 
-local stream, leases = KEYS[1], KEYS[2]
+local stream, timers, settings, dlq = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local group, consumer = ARGV[1], ARGV[2]
 local max_outstanding = tonumber(ARGV[3])
 local limit = tonumber(ARGV[4])
 local lease_ms = tonumber(ARGV[5])
 
-local time = redis.call('TIME')
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local now = now_ms()
 local deadline = now + lease_ms
 local out = {}
 
--- Moves one pending entry to this consumer under a fresh lease.
-local function claim(id, count)
-  local claimed = redis.call('XCLAIM', stream, group, consumer, 0, id)
-  if #claimed == 0 or not claimed[1] then
-    -- The entry left the stream; drop what is left of its delivery.
-    redis.call('XACK', stream, group, id)
-    redis.call('ZREM', leases, id)
-    return false
+local function owned()
+  local summary = redis.call('XPENDING', stream, group)
+  for _, pair in ipairs(summary[4] or {}) do
+    if pair[1] == consumer then return tonumber(pair[2]) end
   end
-  redis.call('ZADD', leases, deadline, id)
-  out[#out + 1] = { id, tonumber(count) + 1, claimed[1][2] }
-  return true
+  return 0
 end
 
-local owned = 0
-local summary = redis.call('XPENDING', stream, group)
-if summary[4] then
-  for _, pair in ipairs(summary[4]) do
-    if pair[1] == consumer then
-      owned = tonumber(pair[2])
-      break
-    end
-  end
-end
-local room = max_outstanding - owned
-
-if room <= 0 then
-  -- Full: only this consumer's own expired deliveries may go out again, and
-  -- only its own leases tell when to look next.
+-- This consumer's own leases: the ended ones are settled, and the earliest
+-- remaining deadline is returned (-1 if none).
+local function settle_own_leases()
   local wait = -1
-  local mine = redis.call('XPENDING', stream, group, '-', '+', owned, consumer)
+  local mine = redis.call('XPENDING', stream, group, '-', '+', max_outstanding, consumer)
   for _, entry in ipairs(mine) do
-    local score = redis.call('ZSCORE', leases, entry[1])
+    local score = redis.call('ZSCORE', timers, entry[1])
     local left = score and (tonumber(score) - now) or 0
-    if left <= 0 and #out < limit and claim(entry[1], entry[4]) then
-      left = lease_ms
+    if left <= 0 then
+      end_lease(stream, timers, dlq, group, settings, entry[1], tonumber(entry[4]), now, -1, 'deadline_exceeded')
+      left = 0
     end
-    if left > 0 and (wait < 0 or left < wait) then wait = left end
-    if left <= 0 then wait = 0 end
+    if wait < 0 or left < wait then wait = left end
   end
-  return { wait, out }
+  return wait
 end
 
--- Redeliver expired leases of any consumer, while there is room.
--- Taking back one's own expired delivery costs no room.
-local expired = redis.call('ZRANGEBYSCORE', leases, '-inf', now, 'LIMIT', 0, limit)
-for _, id in ipairs(expired) do
-  if #out >= limit then break end
-  local pending = redis.call('XPENDING', stream, group, id, id, 1)
-  if #pending == 0 then
-    redis.call('ZREM', leases, id) -- acked meanwhile: the lease is stale
+local room = max_outstanding - owned()
+if room <= 0 then
+  -- Full: only this consumer's own ended leases can make room.
+  settle_own_leases()
+  room = max_outstanding - owned()
+  if room <= 0 then return { settle_own_leases(), out } end
+end
+
+local due = redis.call('ZRANGEBYSCORE', timers, '-inf', now, 'LIMIT', 0, limit)
+for _, id in ipairs(due) do
+  local pending = redis.call('XPENDING', stream, group, id, id, 1)[1]
+  if not pending then
+    redis.call('ZREM', timers, id) -- acked meanwhile
   else
-    local mine = pending[1][2] == consumer
-    if (mine or room > 0) and claim(id, pending[1][4]) and not mine then
-      room = room - 1
+    local owner, count = pending[2], tonumber(pending[4])
+    if owner ~= PARKED then
+      local wait = end_lease(stream, timers, dlq, group, settings, id, count, now, -1, 'deadline_exceeded')
+      if owner == consumer then room = room + 1 end
+      if wait == 0 then owner = PARKED end
+    end
+    if owner == PARKED and room > 0 and #out < limit then
+      local claimed = redis.call('XCLAIM', stream, group, consumer, 0, id)[1]
+      if claimed then
+        redis.call('ZADD', timers, deadline, id)
+        out[#out + 1] = { id, count + 1, claimed[2] }
+        room = room - 1
+      else
+        -- The entry left the stream; drop what is left of its delivery.
+        redis.call('XACK', stream, group, id)
+        redis.call('ZREM', timers, id)
+      end
     end
   end
 end
@@ -83,13 +85,15 @@ if room > 0 and #out < limit then
     'COUNT', math.min(room, limit - #out), 'STREAMS', stream, '>')
   if read then
     for _, entry in ipairs(read[1][2]) do
-      redis.call('ZADD', leases, deadline, entry[1])
+      redis.call('ZADD', timers, deadline, entry[1])
       out[#out + 1] = { entry[1], 1, entry[2] }
+      room = room - 1
     end
   end
 end
 
+if room <= 0 then return { settle_own_leases(), out } end
 local wait = -1
-local head = redis.call('ZRANGE', leases, 0, 0, 'WITHSCORES')
+local head = redis.call('ZRANGE', timers, 0, 0, 'WITHSCORES')
 if head[1] then wait = math.max(0, tonumber(head[2]) - now) end
 return { wait, out }

@@ -1,0 +1,19 @@
+-- Creates a subscription (consumer group, and its stream if needed) with its
+-- settings, unless it exists; an existing subscription keeps its settings.
+--
+-- KEYS[1] stream, KEYS[2] subscription settings HASH
+-- ARGV[1] group, ARGV[2] start id ('0' or '$'), ARGV[3] backoff min ms,
+-- ARGV[4] backoff max ms, ARGV[5] max delivery attempts
+-- Returns 1 when created, 0 when it existed.
+
+local created = redis.pcall('XGROUP', 'CREATE', KEYS[1], ARGV[1], ARGV[2], 'MKSTREAM')
+if type(created) == 'table' and created.err then
+  if not string.find(created.err, 'BUSYGROUP') then return redis.error_reply(created.err) end
+  created = 0
+else
+  created = 1
+end
+if created == 1 or redis.call('EXISTS', KEYS[2]) == 0 then
+  redis.call('HSET', KEYS[2], 'bmin', ARGV[3], 'bmax', ARGV[4], 'max', ARGV[5])
+end
+return created

@@ -1,0 +1,44 @@
+-- Publishes a batch in which some messages are scheduled or carry a dedupe id
+-- (plain batches are a pipeline of XADD). Per message, in order: the dedupe
+-- check and claim, then XADD now, or ZADD + HSET when it is due later. One
+-- script, so a crash never leaves a dedupe claim without its message.
+--
+-- KEYS[1] stream, KEYS[2] scheduled ZSET, KEYS[3] scheduled HASH, KEYS[4..] dedupe keys
+-- ARGV[1] dedupe window in ms, then per message:
+--   id to use if scheduled, due kind ('n' now, 'a' at ms, 'd' after ms), amount,
+--   dedupe key index in KEYS (0: none), number of fields, fields...
+-- Returns { now, { {id, duplicate (0/1), due ms (0 when unknown)}, ... } }
+
+local stream, scheduled, messages = KEYS[1], KEYS[2], KEYS[3]
+local window = ARGV[1]
+local now = now_ms()
+local out = {}
+
+local i = 2
+while i <= #ARGV do
+  local scheduled_id, kind, amount = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
+  local dedupe, nfields = tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4])
+  local fields = {}
+  for f = 1, nfields do fields[f] = ARGV[i + 4 + f] end
+  i = i + 5 + nfields
+
+  local original = dedupe > 0 and redis.call('GET', KEYS[dedupe])
+  if original then
+    out[#out + 1] = { original, 1, 0 }
+  else
+    local due = now
+    if kind == 'a' then due = amount elseif kind == 'd' then due = now + amount end
+    local id
+    if due > now then
+      id = scheduled_id
+      redis.call('ZADD', scheduled, due, id)
+      redis.call('HSET', messages, id, cmsgpack.pack(fields))
+    else
+      id = redis.call('XADD', stream, '*', unpack(fields))
+      due = now
+    end
+    if dedupe > 0 then redis.call('SET', KEYS[dedupe], id, 'PX', window) end
+    out[#out + 1] = { id, 0, due }
+  end
+end
+return { now, out }
