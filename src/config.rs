@@ -29,6 +29,39 @@ pub enum Command {
     Serve(ServeArgs),
     /// Run a private redis-server and the gRPC server against it, for a first try.
     Dev(DevArgs),
+    /// Measure a running server (see BENCHMARKS in the README).
+    Bench(BenchArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// What to measure.
+    #[arg(value_enum)]
+    pub scenario: BenchScenario,
+    /// The server to measure.
+    #[arg(long, env = "REDQ_SERVER", default_value = "http://127.0.0.1:50051")]
+    pub server: String,
+    /// Messages per workload.
+    #[arg(long, default_value_t = 10_000, value_parser = parse_count)]
+    pub count: usize,
+    /// Payload size in bytes.
+    #[arg(long, default_value_t = 100)]
+    pub payload_size: usize,
+    /// delayed: the spread of due times in the second workload.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    pub spread: Duration,
+    /// delayed: how far ahead the first message is due (scheduling must fit in it).
+    #[arg(long, default_value = "3s", value_parser = parse_positive_duration)]
+    pub lead: Duration,
+    /// How long to wait past the last due time before giving up.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    pub timeout: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BenchScenario {
+    /// Lateness of scheduled messages: N due at one instant, N spread over time.
+    Delayed,
 }
 
 #[derive(Debug, Args)]
@@ -162,6 +195,13 @@ impl Default for Limits {
             max_delivery_attempts: 0,
             max_delay: Duration::from_secs(3650 * 24 * 3600),
         }
+    }
+}
+
+fn parse_count(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if (1..=10_000_000).contains(&n) => Ok(n),
+        _ => Err("must be a number from 1 to 10000000".into()),
     }
 }
 

@@ -9,7 +9,9 @@
 //! - [`health`]: readiness from Redis reachability and loop liveness.
 //! - [`shutdown`]: the signals that start a graceful shutdown.
 //! - [`dev`]: `redq dev`, a private redis-server plus the server.
+//! - [`bench`]: `redq bench`, load generators against a running server.
 
+pub mod bench;
 pub mod broker;
 pub mod config;
 pub mod dev;

@@ -19,6 +19,7 @@ async fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => redq::serve(args).await,
         Command::Dev(args) => redq::dev::run(args).await,
+        Command::Bench(args) => redq::bench::run(args).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -10,9 +10,13 @@ use crate::pb::admin_service_server::AdminServiceServer;
 use crate::pb::queue_service_server::QueueServiceServer;
 use crate::store::Store;
 use std::future::Future;
+use std::time::Duration;
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
+use tonic::transport::server::TcpIncoming;
+
+/// Detects clients that vanished without closing their connection.
+const TCP_KEEPALIVE: Duration = Duration::from_secs(60);
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -63,7 +67,14 @@ pub async fn run(
         .add_service(reflection_v1alpha)
         .add_service(queue)
         .add_service(admin)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(grpc), stop.clone().cancelled_owned());
+        .serve_with_incoming_shutdown(
+            // Without TCP_NODELAY, Nagle's algorithm holds small stream
+            // responses back for tens of milliseconds.
+            TcpIncoming::from(grpc)
+                .with_nodelay(Some(true))
+                .with_keepalive(Some(TCP_KEEPALIVE)),
+            stop.clone().cancelled_owned(),
+        );
     let http_server = axum::serve(http, health.http_routes())
         .with_graceful_shutdown(stop.clone().cancelled_owned());
 

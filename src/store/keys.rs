@@ -32,7 +32,7 @@ impl TopicKeys {
         format!("redq:{{{}}}:scheduled", self.topic)
     }
 
-    /// HASH of scheduled messages: message id → the entry's fields (msgpack).
+    /// HASH of scheduled messages: message id → the encoded message (`m` field).
     pub fn scheduled_messages(&self) -> String {
         format!("redq:{{{}}}:scheduled:msgs", self.topic)
     }

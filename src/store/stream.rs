@@ -1,10 +1,11 @@
 //! The topic stream: appending messages (now, scheduled, deduplicated),
 //! consumer groups, waiting for new entries, and the compact layout of an entry.
 //!
-//! An entry holds one-letter fields, to keep Redis memory per message low:
-//! `p` payload, `a` attributes (protobuf-encoded once), `k` ordering key
-//! (empty ones are left out); promoted scheduled messages add `i` (message
-//! id) and `d` (due time, ms); dead letters add `e`, `n`, `r` (see lua/lib.lua).
+//! An entry holds one field, `m`: the message (payload, attributes, ordering
+//! key) encoded once with protobuf, which keeps Redis memory per message low
+//! and lets scripts move a message without decoding it. Promoted scheduled
+//! messages add `i` (message id) and `d` (due time, ms); dead letters add
+//! `e`, `n`, `r` (see lua/lib.lua).
 
 use super::scripts::PUBLISH_MESSAGES;
 use super::{Store, TopicKeys};
@@ -94,26 +95,26 @@ pub enum GroupStart {
     Latest,
 }
 
-/// The attributes map, encoded once with protobuf.
+/// What an entry's `m` field holds.
 #[derive(Clone, PartialEq, prost::Message)]
-struct StoredAttributes {
-    #[prost(map = "string, string", tag = "1")]
+struct StoredMessage {
+    #[prost(bytes = "bytes", tag = "1")]
+    payload: Bytes,
+    #[prost(map = "string, string", tag = "2")]
     attributes: HashMap<String, String>,
+    #[prost(string, tag = "3")]
+    ordering_key: String,
 }
 
-/// Calls `field` with each (name, value) of the entry layout of `message`.
-fn for_each_field(message: &NewMessage, mut field: impl FnMut(&'static str, &[u8])) {
-    field("p", &message.payload);
-    if !message.attributes.is_empty() {
-        let encoded = StoredAttributes {
-            attributes: message.attributes.clone(),
-        }
-        .encode_to_vec();
-        field("a", &encoded);
+const MESSAGE_FIELD: &str = "m";
+
+fn encode_message(message: &NewMessage) -> Vec<u8> {
+    StoredMessage {
+        payload: message.payload.clone(),
+        attributes: message.attributes.clone(),
+        ordering_key: message.ordering_key.clone(),
     }
-    if !message.ordering_key.is_empty() {
-        field("k", message.ordering_key.as_bytes());
-    }
+    .encode_to_vec()
 }
 
 /// Length of the random part of a scheduled message's id, in hex digits.
@@ -169,10 +170,11 @@ impl Store {
         let stream = keys.stream();
         let mut pipe = redis::pipe();
         for message in messages {
-            let cmd = pipe.cmd("XADD").arg(&stream).arg("*");
-            for_each_field(message, |name, value| {
-                cmd.arg(name).arg(value);
-            });
+            pipe.cmd("XADD")
+                .arg(&stream)
+                .arg("*")
+                .arg(MESSAGE_FIELD)
+                .arg(encode_message(message));
         }
         let mut conn = self.connection().await?;
         let ids: Vec<String> = pipe.query_async(&mut *conn).await?;
@@ -212,17 +214,12 @@ impl Store {
                 dedupe_keys += 1;
                 3 + dedupe_keys
             };
-            let mut fields: Vec<(&str, Vec<u8>)> = Vec::new();
-            for_each_field(message, |name, value| fields.push((name, value.to_vec())));
             invocation
                 .arg(new_scheduled_id())
                 .arg(kind)
                 .arg(amount)
                 .arg(dedupe_index)
-                .arg(fields.len() * 2);
-            for (name, value) in fields {
-                invocation.arg(name).arg(value);
-            }
+                .arg(encode_message(message));
         }
         let mut conn = self.connection().await?;
         let reply: Value = invocation.invoke_async(&mut *conn).await?;
@@ -325,15 +322,12 @@ pub(super) fn decode_entry_with(
         let name = as_bytes(name)?;
         let value = as_bytes(value)?;
         match name.as_slice() {
-            b"p" => entry.payload = Bytes::from(value),
-            b"a" => {
-                entry.attributes = StoredAttributes::decode(value.as_slice())
-                    .map_err(|_| corrupt("attributes", &entry.id))?
-                    .attributes
-            }
-            b"k" => {
-                entry.ordering_key =
-                    String::from_utf8(value).map_err(|_| corrupt("ordering key", &entry.id))?
+            b"m" => {
+                let stored = StoredMessage::decode(Bytes::from(value))
+                    .map_err(|_| corrupt("message", &entry.id))?;
+                entry.payload = stored.payload;
+                entry.attributes = stored.attributes;
+                entry.ordering_key = stored.ordering_key;
             }
             b"i" => {
                 entry.message_id =
@@ -409,17 +403,15 @@ mod tests {
 
     #[test]
     fn entries_decode_from_their_compact_fields() {
-        let attributes = StoredAttributes {
+        let message = NewMessage {
+            payload: Bytes::from_static(b"hello"),
             attributes: HashMap::from([("kind".to_owned(), "order".to_owned())]),
-        }
-        .encode_to_vec();
+            ordering_key: "customer-7".into(),
+            ..NewMessage::default()
+        };
         let fields = Value::Array(vec![
-            Value::BulkString(b"p".to_vec()),
-            Value::BulkString(b"hello".to_vec()),
-            Value::BulkString(b"a".to_vec()),
-            Value::BulkString(attributes),
-            Value::BulkString(b"k".to_vec()),
-            Value::BulkString(b"customer-7".to_vec()),
+            Value::BulkString(b"m".to_vec()),
+            Value::BulkString(encode_message(&message)),
             Value::BulkString(b"i".to_vec()),
             Value::BulkString(b"s0123456789abcdef0123".to_vec()),
             Value::BulkString(b"d".to_vec()),
@@ -435,9 +427,9 @@ mod tests {
     }
 
     #[test]
-    fn corrupt_attributes_are_an_error_not_a_panic() {
+    fn corrupt_messages_are_an_error_not_a_panic() {
         let fields = Value::Array(vec![
-            Value::BulkString(b"a".to_vec()),
+            Value::BulkString(b"m".to_vec()),
             Value::BulkString(vec![0xff, 0xff]),
         ]);
         assert!(matches!(

@@ -4,9 +4,9 @@
 -- script, so a crash never leaves a dedupe claim without its message.
 --
 -- KEYS[1] stream, KEYS[2] scheduled ZSET, KEYS[3] scheduled HASH, KEYS[4..] dedupe keys
--- ARGV[1] dedupe window in ms, then per message:
---   id to use if scheduled, due kind ('n' now, 'a' at ms, 'd' after ms), amount,
---   dedupe key index in KEYS (0: none), number of fields, fields...
+-- ARGV[1] dedupe window in ms, then per message five values: id to use if
+--   scheduled, due kind ('n' now, 'a' at ms, 'd' after ms), amount, dedupe
+--   key index in KEYS (0: none), the encoded message (the entry's `m` field)
 -- Returns { now, { {id, duplicate (0/1), due ms (0 when unknown)}, ... } }
 
 local stream, scheduled, messages = KEYS[1], KEYS[2], KEYS[3]
@@ -14,13 +14,9 @@ local window = ARGV[1]
 local now = now_ms()
 local out = {}
 
-local i = 2
-while i <= #ARGV do
+for i = 2, #ARGV, 5 do
   local scheduled_id, kind, amount = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
-  local dedupe, nfields = tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4])
-  local fields = {}
-  for f = 1, nfields do fields[f] = ARGV[i + 4 + f] end
-  i = i + 5 + nfields
+  local dedupe, message = tonumber(ARGV[i + 3]), ARGV[i + 4]
 
   local original = dedupe > 0 and redis.call('GET', KEYS[dedupe])
   if original then
@@ -32,9 +28,9 @@ while i <= #ARGV do
     if due > now then
       id = scheduled_id
       redis.call('ZADD', scheduled, due, id)
-      redis.call('HSET', messages, id, cmsgpack.pack(fields))
+      redis.call('HSET', messages, id, message)
     else
-      id = redis.call('XADD', stream, '*', unpack(fields))
+      id = redis.call('XADD', stream, '*', 'm', message)
       due = now
     end
     if dedupe > 0 then redis.call('SET', KEYS[dedupe], id, 'PX', window) end

@@ -1,0 +1,213 @@
+//! Idempotent publish: a `dedupe_id` seen on the topic within the dedupe window
+//! returns the original message id with `duplicate` set and is not delivered again
+//! (across calls, within one batch, and through ScheduleDelayed); after the window
+//! the same dedupe_id publishes a new message.
+
+#![allow(clippy::needless_update)]
+
+mod common;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use common::*;
+use redq::pb;
+
+const TOPIC: &str = "orders";
+const SUB: &str = "billing";
+
+const NO_REDELIVERY: Duration = Duration::from_secs(300);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn republish_within_window_returns_the_original_id_and_is_delivered_once() {
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis.url(), &[]).await;
+    let other = TestServer::start(&redis.url(), &[]).await;
+    let mut client = server.client().await;
+    let mut other_client = other.client().await;
+
+    let first = publish_messages(
+        &mut client,
+        TOPIC,
+        vec![deduped_message("order 17", "order-17")],
+    )
+    .await;
+    assert_eq!(first.duplicates, vec![false]);
+    let id = first.message_ids[0].clone();
+
+    // A retry with the same dedupe_id (even a different payload, through another
+    // replica) is the same message.
+    let again = publish_messages(
+        &mut other_client,
+        TOPIC,
+        vec![deduped_message("order 17, retried", "order-17")],
+    )
+    .await;
+    assert_eq!(again.message_ids, vec![id.clone()]);
+    assert_eq!(again.duplicates, vec![true]);
+
+    // The same dedupe_id on another topic is another message.
+    let elsewhere = publish_messages(
+        &mut client,
+        "other-orders",
+        vec![deduped_message("order 17", "order-17")],
+    )
+    .await;
+    assert_eq!(elsewhere.duplicates, vec![false]);
+
+    let mut stream = subscribe(&mut client, TOPIC, SUB, Sub::deadline(NO_REDELIVERY)).await;
+    let got = expect_messages(&mut stream, 1).await;
+    assert_eq!(ids_of(&got), vec![id]);
+    assert_eq!(
+        got[0].message.as_ref().map(|m| m.payload.clone()),
+        Some("order 17".into()),
+        "the first publish is the one delivered"
+    );
+    assert_no_message_within(&mut stream, Duration::from_secs(1)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicates_within_one_batch_are_published_once() {
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis.url(), &[]).await;
+    let mut client = server.client().await;
+
+    let resp = publish_messages(
+        &mut client,
+        TOPIC,
+        vec![
+            deduped_message("a", "d1"),
+            deduped_message("b", "d2"),
+            deduped_message("a again", "d1"),
+            message("no dedupe id"),
+            deduped_message("b again", "d2"),
+            message("no dedupe id"),
+        ],
+    )
+    .await;
+    let ids = &resp.message_ids;
+    assert_eq!(
+        resp.duplicates,
+        vec![false, false, true, false, true, false],
+        "{resp:?}"
+    );
+    assert_eq!(ids[2], ids[0], "{resp:?}");
+    assert_eq!(ids[4], ids[1], "{resp:?}");
+    let distinct: HashSet<&String> = ids.iter().collect();
+    assert_eq!(distinct.len(), 4, "{resp:?}");
+
+    let mut stream = subscribe(&mut client, TOPIC, SUB, Sub::deadline(NO_REDELIVERY)).await;
+    let got = collect_timed(std::slice::from_mut(&mut stream), 4, EVENTUALLY, None).await;
+    assert_exactly_once("batch with duplicates", &got, distinct);
+    let payloads: HashSet<_> = got.iter().map(|a| a.message().payload.clone()).collect();
+    assert!(
+        payloads.contains(&b"a"[..]) && payloads.contains(&b"b"[..]),
+        "the first of each dedupe_id is delivered: {payloads:?}"
+    );
+    assert_no_message_within(&mut stream, Duration::from_secs(1)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schedule_delayed_twice_is_scheduled_and_delivered_once() {
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis.url(), &[]).await;
+    let mut client = server.client().await;
+    let mut stream = subscribe(&mut client, TOPIC, SUB, Sub::deadline(NO_REDELIVERY)).await;
+
+    let due = Due::in_ms(800);
+    let first = schedule(&mut client, TOPIC, deduped_message("remind", "r-1"), due).await;
+    assert!(!first.duplicate, "{first:?}");
+    let second = schedule(
+        &mut client,
+        TOPIC,
+        deduped_message("remind", "r-1"),
+        Due::After(Duration::from_millis(100)),
+    )
+    .await;
+    assert!(second.duplicate, "{second:?}");
+    assert_eq!(second.message_id, first.message_id);
+    // Publish shares the topic's dedupe ids with ScheduleDelayed.
+    let third = publish_messages(&mut client, TOPIC, vec![deduped_message("remind", "r-1")]).await;
+    assert_eq!(third.message_ids, vec![first.message_id.clone()]);
+    assert_eq!(third.duplicates, vec![true]);
+
+    let got = collect_timed(std::slice::from_mut(&mut stream), 1, EVENTUALLY, None).await;
+    assert_exactly_once("deduped schedule", &got, [&first.message_id]);
+    // Due when first scheduled: the duplicates did not move it.
+    got[0].assert_not_early();
+    if let Due::At(at) = due {
+        assert_eq!(got[0].deliver_at_ms(), unix_ms(at));
+    }
+    assert_no_message_within(&mut stream, Duration::from_secs(1)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_the_window_the_same_dedupe_id_publishes_again() {
+    let redis = RedisServer::start();
+    let window = Duration::from_secs(1);
+    let server = TestServer::start(&redis.url(), &["--dedupe-window", "1s"]).await;
+    let mut client = server.client().await;
+
+    let first = publish_messages(&mut client, TOPIC, vec![deduped_message("v1", "once")]).await;
+    let scheduled = schedule(
+        &mut client,
+        TOPIC,
+        deduped_message("s1", "sched-once"),
+        Due::After(Duration::from_millis(10)),
+    )
+    .await;
+    assert_eq!(first.duplicates, vec![false]);
+    assert!(!scheduled.duplicate);
+
+    // Waiting out the window is the behaviour under test, not a readiness guess.
+    tokio::time::sleep(window + Duration::from_millis(500)).await;
+
+    let second = publish_messages(&mut client, TOPIC, vec![deduped_message("v2", "once")]).await;
+    assert_eq!(second.duplicates, vec![false], "{second:?}");
+    assert_ne!(second.message_ids, first.message_ids);
+    let rescheduled = schedule(
+        &mut client,
+        TOPIC,
+        deduped_message("s2", "sched-once"),
+        Due::After(Duration::from_millis(10)),
+    )
+    .await;
+    assert!(!rescheduled.duplicate, "{rescheduled:?}");
+    assert_ne!(rescheduled.message_id, scheduled.message_id);
+
+    let mut stream = subscribe(&mut client, TOPIC, SUB, Sub::deadline(NO_REDELIVERY)).await;
+    let want = [
+        &first.message_ids[0],
+        &second.message_ids[0],
+        &scheduled.message_id,
+        &rescheduled.message_id,
+    ];
+    let got = collect_timed(std::slice::from_mut(&mut stream), 4, EVENTUALLY, None).await;
+    assert_exactly_once("published again after the window", &got, want);
+    assert_no_message_within(&mut stream, Duration::from_secs(1)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn empty_dedupe_id_never_deduplicates() {
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis.url(), &[]).await;
+    let mut client = server.client().await;
+
+    let resp = publish_messages(
+        &mut client,
+        TOPIC,
+        vec![
+            pb::PublishMessage {
+                payload: "same".into(),
+                ..Default::default()
+            },
+            pb::PublishMessage {
+                payload: "same".into(),
+                ..Default::default()
+            },
+        ],
+    )
+    .await;
+    assert_eq!(resp.duplicates, vec![false, false]);
+    assert_ne!(resp.message_ids[0], resp.message_ids[1]);
+}
