@@ -96,7 +96,9 @@ impl DeliveryLoop {
                 _ = broker.shutdown.cancelled() => break,
                 _ = self.sender.closed() => break,
                 _ = topic.changed() => {}
-                _ = room.notified() => {}
+                // Acks matter only to a full stream; one with room would
+                // fetch again for nothing on each of them.
+                _ = room.notified(), if !fetched.has_room => {}
                 _ = tokio::time::sleep(wait) => {}
             }
         }

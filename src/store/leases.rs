@@ -27,8 +27,10 @@ pub struct Lease {
 #[derive(Debug, Default)]
 pub struct Fetched {
     pub deliveries: Vec<(Entry, u32)>,
-    /// Time until the next lease this consumer could take over expires.
+    /// Time until the next timer this consumer could act on is due.
     pub next_expiry: Option<Duration>,
+    /// Whether the consumer may take more deliveries now.
+    pub has_room: bool,
 }
 
 /// Which consumer of which subscription asks, and how much it may hold.
@@ -104,9 +106,11 @@ impl Store {
             let attempt = u32::try_from(as_int(count)?).unwrap_or(u32::MAX);
             deliveries.push((decode_entry(id, fields)?, attempt));
         }
+        let room = as_int(reply.next().unwrap_or(Value::Nil))?;
         Ok(Fetched {
             deliveries,
             next_expiry: u64::try_from(wait).ok().map(Duration::from_millis),
+            has_room: room > 0,
         })
     }
 
