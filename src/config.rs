@@ -106,6 +106,12 @@ pub struct Settings {
     /// How long a dedupe_id is remembered after its message was published.
     #[arg(long, env = "REDQ_DEDUPE_WINDOW", default_value = "10m", value_parser = parse_positive_duration)]
     pub dedupe_window: Duration,
+    /// Promote scheduled messages this long before they are due; subscribers
+    /// hold them until then. Smooths large bursts due at one instant, but a
+    /// message this close to its due time can no longer be cancelled or
+    /// rescheduled. 0 promotes exactly at the due time.
+    #[arg(long, env = "REDQ_PROMOTE_AHEAD", default_value = "0s", value_parser = parse_promote_ahead)]
+    pub promote_ahead: Duration,
     #[command(flatten)]
     pub limits: Limits,
 }
@@ -196,6 +202,14 @@ impl Default for Limits {
             max_delay: Duration::from_secs(3650 * 24 * 3600),
         }
     }
+}
+
+fn parse_promote_ahead(s: &str) -> Result<Duration, String> {
+    let duration = humantime::parse_duration(s).map_err(|e| e.to_string())?;
+    if duration > Duration::from_secs(60) {
+        return Err("must be at most 60s".into());
+    }
+    Ok(duration)
 }
 
 fn parse_count(s: &str) -> Result<usize, String> {

@@ -1,7 +1,7 @@
 //! Wires the gRPC server, the HTTP health endpoint and the background loops,
 //! and runs them until the shutdown future resolves.
 
-use crate::broker::Broker;
+use crate::broker::{Broker, BrokerSettings};
 use crate::config::Settings;
 use crate::grpc::{AdminApi, QueueApi};
 use crate::health::Health;
@@ -38,7 +38,11 @@ pub async fn run(
     let (reporter, health_service) = tonic_health::server::health_reporter();
     let health = Health::new(reporter, stop.clone());
     health.publish().await; // NOT_SERVING until Redis answers
-    let broker = Broker::new(store.clone(), settings.dedupe_window, stop.clone());
+    let broker_settings = BrokerSettings {
+        dedupe_window: settings.dedupe_window,
+        promote_ahead: settings.promote_ahead,
+    };
+    let broker = Broker::new(store.clone(), broker_settings, stop.clone());
     health.spawn_loop("redis-monitor", health.clone().run_monitor(store));
     health.spawn_loop("promoter", broker.promoter().run(stop.clone()));
     health.spawn_loop(

@@ -128,8 +128,19 @@ fn forget_if_past(want: &mut Expected, answered_ms: i64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scheduled_messages_are_never_delivered_before_due() {
+    never_delivered_before_due(&[]).await;
+}
+
+/// With `--promote-ahead`, messages reach the stream early and the delivery
+/// loop holds them: they must still arrive exactly once and never early.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_promoted_ahead_are_still_never_delivered_before_due() {
+    never_delivered_before_due(&["--promote-ahead", "700ms"]).await;
+}
+
+async fn never_delivered_before_due(server_args: &[&str]) {
     let redis = RedisServer::start();
-    let server = TestServer::start(&redis.url(), &[]).await;
+    let server = TestServer::start(&redis.url(), server_args).await;
     let mut client = server.client().await;
     let mut stream = subscribe(
         &mut client,
@@ -508,10 +519,21 @@ async fn three_replicas_promote_without_duplicates_or_losses() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_racing_promotion_cancels_or_delivers_exactly_once() {
+    cancel_racing_promotion(&[]).await;
+}
+
+/// Promoted ahead, a message can no longer be cancelled shortly before it is
+/// due; the outcome must still be one or the other, never both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_racing_promotion_ahead_cancels_or_delivers_exactly_once() {
+    cancel_racing_promotion(&["--promote-ahead", "300ms"]).await;
+}
+
+async fn cancel_racing_promotion(server_args: &[&str]) {
     const N: usize = 500;
     let redis = RedisServer::start();
-    let a = TestServer::start(&redis.url(), &[]).await;
-    let b = TestServer::start(&redis.url(), &[]).await;
+    let a = TestServer::start(&redis.url(), server_args).await;
+    let b = TestServer::start(&redis.url(), server_args).await;
     let mut client_a = a.client().await;
     let mut client_b = b.client().await;
     let opts = Sub::deadline(NO_REDELIVERY).max_outstanding(N as u32);

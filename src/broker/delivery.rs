@@ -9,6 +9,7 @@ use crate::store::leases::{ConsumerSpec, Lease, RetryPolicy};
 use crate::store::stream::{Entry, GroupStart};
 use std::time::Duration;
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 /// Most deliveries fetched in one script call.
 const FETCH_LIMIT: u32 = 500;
@@ -63,11 +64,17 @@ impl DeliveryLoop {
             group: &self.options.subscription,
             consumer: &self.consumer,
             max_outstanding: self.options.max_outstanding,
-            lease: self.options.ack_deadline,
+            // A message promoted ahead of its due time is held here until
+            // then; its lease must not run while it waits.
+            lease: self.options.ack_deadline + broker.promote_ahead,
         };
         let limit = self.options.max_outstanding.min(FETCH_LIMIT);
+        let mut held = Held::default();
         tracing::debug!("stream opened");
         loop {
+            if !self.send(held.release(Instant::now())).await {
+                break;
+            }
             topic.mark_seen();
             let fetched = tokio::select! {
                 _ = broker.shutdown.cancelled() => break,
@@ -82,16 +89,20 @@ impl DeliveryLoop {
                 }
             };
             let count = fetched.deliveries.len() as u32;
-            if !self.send(fetched.deliveries).await {
+            let ready = held.hold_early(fetched.deliveries, fetched.now_ms, Instant::now());
+            if !self.send(ready).await {
                 break;
             }
             if count >= limit {
                 continue; // more may be waiting
             }
-            let wait = fetched
+            let recheck = fetched
                 .next_expiry
                 .unwrap_or(RECHECK)
                 .clamp(MIN_WAIT, RECHECK);
+            let wake_at = held.next_release().map_or(Instant::now() + recheck, |at| {
+                at.min(Instant::now() + recheck)
+            });
             tokio::select! {
                 _ = broker.shutdown.cancelled() => break,
                 _ = self.sender.closed() => break,
@@ -99,7 +110,7 @@ impl DeliveryLoop {
                 // Acks matter only to a full stream; one with room would
                 // fetch again for nothing on each of them.
                 _ = room.notified(), if !fetched.has_room => {}
-                _ = tokio::time::sleep(wait) => {}
+                _ = tokio::time::sleep_until(wake_at) => {}
             }
         }
         if broker.shutdown.is_cancelled() {
@@ -120,6 +131,9 @@ impl DeliveryLoop {
 
     /// Sends deliveries in responses of bounded size; false when the stream is over.
     async fn send(&self, deliveries: Vec<(Entry, u32)>) -> bool {
+        if deliveries.is_empty() {
+            return true;
+        }
         let mut batch = Vec::new();
         let mut batch_bytes = 0;
         let mut deliveries = deliveries.into_iter().peekable();
@@ -150,5 +164,100 @@ impl DeliveryLoop {
             }
         }
         true
+    }
+}
+
+/// Deliveries fetched before their due time (promoted ahead, see
+/// `--promote-ahead`), held until then. Due times are on Redis' clock: a
+/// message due `d` fetched when Redis said `now` is released `d - now` after
+/// the reply arrived, which is never before `d`.
+#[derive(Default)]
+struct Held {
+    /// Sorted by release time.
+    waiting: Vec<(Instant, Entry, u32)>,
+}
+
+impl Held {
+    /// Keeps the deliveries not yet due; returns the others.
+    fn hold_early(
+        &mut self,
+        deliveries: Vec<(Entry, u32)>,
+        now_ms: u64,
+        received: Instant,
+    ) -> Vec<(Entry, u32)> {
+        let mut ready = Vec::with_capacity(deliveries.len());
+        for (entry, attempt) in deliveries {
+            match entry.due_ms.filter(|&due| due > now_ms) {
+                Some(due) => {
+                    let at = received + Duration::from_millis(due - now_ms);
+                    let slot = self.waiting.partition_point(|(t, _, _)| *t <= at);
+                    self.waiting.insert(slot, (at, entry, attempt));
+                }
+                None => ready.push((entry, attempt)),
+            }
+        }
+        ready
+    }
+
+    /// Takes the deliveries whose time has come.
+    fn release(&mut self, now: Instant) -> Vec<(Entry, u32)> {
+        let due = self.waiting.partition_point(|(t, _, _)| *t <= now);
+        self.waiting
+            .drain(..due)
+            .map(|(_, entry, attempt)| (entry, attempt))
+            .collect()
+    }
+
+    fn next_release(&self) -> Option<Instant> {
+        self.waiting.first().map(|(at, _, _)| *at)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn due_at(id: &str, due_ms: Option<u64>) -> (Entry, u32) {
+        let entry = Entry {
+            id: id.into(),
+            due_ms,
+            ..Entry::default()
+        };
+        (entry, 1)
+    }
+
+    #[test]
+    fn deliveries_are_held_until_due_by_redis_clock() {
+        let mut held = Held::default();
+        let received = Instant::now();
+        let ready = held.hold_early(
+            vec![
+                due_at("1-0", None),
+                due_at("2-0", Some(1_000)),
+                due_at("3-0", Some(1_300)),
+                due_at("4-0", Some(1_100)),
+            ],
+            1_000,
+            received,
+        );
+        let ids = |v: &[(Entry, u32)]| v.iter().map(|(e, _)| e.id.clone()).collect::<Vec<_>>();
+        assert_eq!(ids(&ready), ["1-0", "2-0"]);
+        assert_eq!(
+            held.next_release(),
+            Some(received + Duration::from_millis(100))
+        );
+        assert!(
+            held.release(received + Duration::from_millis(99))
+                .is_empty()
+        );
+        assert_eq!(
+            ids(&held.release(received + Duration::from_millis(100))),
+            ["4-0"]
+        );
+        assert_eq!(
+            ids(&held.release(received + Duration::from_secs(1))),
+            ["3-0"]
+        );
+        assert_eq!(held.next_release(), None);
     }
 }

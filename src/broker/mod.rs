@@ -39,18 +39,29 @@ pub struct Broker {
     promotions: Arc<PromotionTimers>,
     known_topics: Arc<Mutex<HashSet<String>>>,
     dedupe_window: Duration,
+    /// How long before their due time scheduled messages are promoted (and
+    /// then held by the delivery loops until due).
+    promote_ahead: Duration,
     shutdown: CancellationToken,
 }
 
+/// Settings of the broker that come from the server's configuration.
+#[derive(Debug, Clone, Copy)]
+pub struct BrokerSettings {
+    pub dedupe_window: Duration,
+    pub promote_ahead: Duration,
+}
+
 impl Broker {
-    pub fn new(store: Store, dedupe_window: Duration, shutdown: CancellationToken) -> Self {
-        let promotions = Arc::new(PromotionTimers::default());
+    pub fn new(store: Store, settings: BrokerSettings, shutdown: CancellationToken) -> Self {
+        let promotions = Arc::new(PromotionTimers::new(settings.promote_ahead));
         Self {
             wakeups: Wakeups::new(store.clone(), promotions.clone()),
             promotions,
             store,
             known_topics: Arc::default(),
-            dedupe_window,
+            dedupe_window: settings.dedupe_window,
+            promote_ahead: settings.promote_ahead,
             shutdown,
         }
     }

@@ -23,18 +23,27 @@ const SWEEP_EVERY: Duration = Duration::from_secs(5);
 /// Pause before retrying a topic whose promotion failed.
 const RETRY_AFTER_ERROR: Duration = Duration::from_millis(500);
 
-/// When each topic next has a message due, as far as this replica knows.
-#[derive(Default)]
+/// When each topic next has a message to promote, as far as this replica knows.
 pub struct PromotionTimers {
     due: Mutex<HashMap<String, Instant>>,
     earlier: Notify,
+    /// How long before their due time messages are promoted.
+    ahead: Duration,
 }
 
 impl PromotionTimers {
+    pub fn new(ahead: Duration) -> Self {
+        Self {
+            due: Mutex::default(),
+            earlier: Notify::new(),
+            ahead,
+        }
+    }
+
     /// Records that `topic` has a message due in `due_in`; wakes the promoter
     /// when that is earlier than what it waits for.
     pub fn due_in(&self, topic: &str, due_in: Duration) {
-        let at = Instant::now() + due_in;
+        let at = Instant::now() + due_in.saturating_sub(self.ahead);
         let mut due = self.due.lock().expect("timers lock");
         let slot = due.entry(topic.to_owned()).or_insert(at);
         if at <= *slot {
@@ -122,7 +131,12 @@ impl Promoter {
     /// One promotion pass on `topic`; returns when to look at it again.
     #[tracing::instrument(skip_all, fields(topic))]
     async fn promote(&self, topic: &str) -> Option<Instant> {
-        match self.store.promote_due(&TopicKeys::new(topic), BATCH).await {
+        let keys = TopicKeys::new(topic);
+        match self
+            .store
+            .promote_due(&keys, BATCH, self.timers.ahead)
+            .await
+        {
             Ok(promotion) if promotion.moved >= u64::from(BATCH) => Some(Instant::now()),
             Ok(promotion) => {
                 if promotion.moved > 0 {

@@ -31,6 +31,8 @@ pub struct Fetched {
     pub next_expiry: Option<Duration>,
     /// Whether the consumer may take more deliveries now.
     pub has_room: bool,
+    /// Redis' clock when the deliveries were fetched, ms since the epoch.
+    pub now_ms: u64,
 }
 
 /// Which consumer of which subscription asks, and how much it may hold.
@@ -107,10 +109,12 @@ impl Store {
             deliveries.push((decode_entry(id, fields)?, attempt));
         }
         let room = as_int(reply.next().unwrap_or(Value::Nil))?;
+        let now_ms = as_int(reply.next().unwrap_or(Value::Nil))?;
         Ok(Fetched {
             deliveries,
             next_expiry: u64::try_from(wait).ok().map(Duration::from_millis),
             has_room: room > 0,
+            now_ms: u64::try_from(now_ms).unwrap_or(0),
         })
     }
 

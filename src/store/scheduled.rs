@@ -12,7 +12,7 @@ use std::time::Duration;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Promotion {
     pub moved: u64,
-    /// Time until the next scheduled message is due; None when none is left.
+    /// Time until the next scheduled message is to be promoted; None when none is left.
     pub next_due_in: Option<Duration>,
 }
 
@@ -25,14 +25,20 @@ pub struct Rescheduled {
 }
 
 impl Store {
-    /// Moves up to `limit` due messages of the topic into its stream.
-    pub async fn promote_due(&self, keys: &TopicKeys, limit: u32) -> Result<Promotion> {
+    /// Moves up to `limit` messages of the topic due within `ahead` into its stream.
+    pub async fn promote_due(
+        &self,
+        keys: &TopicKeys,
+        limit: u32,
+        ahead: Duration,
+    ) -> Result<Promotion> {
         let mut conn = self.connection().await?;
         let (moved, wait): (u64, i64) = PROMOTE_DUE
             .key(keys.scheduled())
             .key(keys.scheduled_messages())
             .key(keys.stream())
             .arg(limit)
+            .arg(ahead.as_millis() as u64)
             .invoke_async(&mut *conn)
             .await?;
         Ok(Promotion {

@@ -1,8 +1,6 @@
 -- Nack: ends the leases still held by their consumer. Each message is parked
 -- until now + ARGV[2] ms (or, when ARGV[2] is -1, the subscription's retry
--- backoff), or dead-lettered when it had its last attempt. A lease is held
--- when the entry is pending for the same consumer with the same delivery
--- count as when it was handed out; otherwise it was acked or redelivered.
+-- backoff), or dead-lettered when it had its last attempt.
 --
 -- KEYS[1] stream, KEYS[2] timers ZSET, KEYS[3] subscription settings HASH, KEYS[4] dead letters STREAM
 -- ARGV[1] group, ARGV[2] delay in ms or -1, then triples: id, consumer, delivery count
@@ -16,8 +14,7 @@ local now = now_ms()
 local held = {}
 for i = 3, #ARGV, 3 do
   local id, consumer, count = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
-  local pending = redis.call('XPENDING', stream, group, id, id, 1)[1]
-  if pending and pending[2] == consumer and tonumber(pending[4]) == count then
+  if holds(stream, group, id, consumer, count) then
     end_lease(stream, timers, dlq, group, settings, id, count, now, delay, 'nacked')
     held[#held + 1] = 1
   else

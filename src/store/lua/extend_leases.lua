@@ -1,6 +1,5 @@
 -- ModifyAckDeadline: sets the leases still held by their consumer to end at
--- now + ARGV[2] ms. A lease is held when the entry is pending for the same
--- consumer with the same delivery count as when it was handed out.
+-- now + ARGV[2] ms.
 --
 -- KEYS[1] stream, KEYS[2] timers ZSET
 -- ARGV[1] group, ARGV[2] lease length in ms, then triples: id, consumer, delivery count
@@ -13,8 +12,7 @@ local deadline = now_ms() + tonumber(ARGV[2])
 local held = {}
 for i = 3, #ARGV, 3 do
   local id, consumer, count = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
-  local pending = redis.call('XPENDING', stream, group, id, id, 1)[1]
-  if pending and pending[2] == consumer and tonumber(pending[4]) == count then
+  if holds(stream, group, id, consumer, count) then
     redis.call('ZADD', timers, deadline, id)
     held[#held + 1] = 1
   else

@@ -13,9 +13,9 @@
 -- KEYS[1] stream, KEYS[2] timers ZSET, KEYS[3] subscription settings HASH, KEYS[4] dead letters STREAM
 -- ARGV[1] group, ARGV[2] consumer, ARGV[3] max outstanding for this consumer,
 -- ARGV[4] most deliveries (and ended leases) to handle, ARGV[5] lease length in ms
--- Returns { wait_ms, { {id, delivery_count, {field, value, ...}}, ... }, room }
+-- Returns { wait_ms, { {id, delivery_count, {field, value, ...}}, ... }, room, now }
 --   wait_ms: ms until the next timer this consumer could act on, -1 if none;
---   room: deliveries this consumer may still take.
+--   room: deliveries this consumer may still take; now: Redis' clock in ms.
 
 local stream, timers, settings, dlq = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local group, consumer = ARGV[1], ARGV[2]
@@ -87,7 +87,7 @@ if room <= 0 then
   -- Full: only this consumer's own ended leases can make room.
   settle_own_leases()
   room = max_outstanding - owned()
-  if room <= 0 then return { settle_own_leases(), out, 0 } end
+  if room <= 0 then return { settle_own_leases(), out, 0, now } end
 end
 
 local due = redis.call('ZRANGEBYSCORE', timers, '-inf', now, 'LIMIT', 0, limit)
@@ -139,8 +139,8 @@ if room > 0 and #out < limit then
   end
 end
 
-if room <= 0 then return { settle_own_leases(), out, 0 } end
+if room <= 0 then return { settle_own_leases(), out, 0, now } end
 local wait = -1
 local head = redis.call('ZRANGE', timers, 0, 0, 'WITHSCORES')
 if head[1] then wait = math.max(0, tonumber(head[2]) - now) end
-return { wait, out, room }
+return { wait, out, room, now }

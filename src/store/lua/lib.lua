@@ -10,6 +10,13 @@ end
 -- a retry backoff), so that they use up no real consumer's room.
 local PARKED = 'redq.parked'
 
+-- Whether `consumer` still holds the delivery of entry `id` it was handed at
+-- delivery count `count`: otherwise it was acked, nacked or redelivered since.
+local function holds(stream, group, id, consumer, count)
+  local pending = redis.call('XPENDING', stream, group, id, id, 1)[1]
+  return pending ~= nil and pending[2] == consumer and tonumber(pending[4]) == count
+end
+
 -- A subscription's retry settings: backoff min and max (ms), max delivery attempts.
 local function retry_settings(key)
   local s = redis.call('HMGET', key, 'bmin', 'bmax', 'max')

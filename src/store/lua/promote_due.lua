@@ -1,15 +1,18 @@
--- Moves due scheduled messages into the stream: range by score with a limit,
+-- Moves due scheduled messages (or, with ARGV[2] > 0, those due within that
+-- many ms) into the stream: range by score with a limit,
 -- XADD each, remove from the ZSET and HASH. Atomic, so replicas promoting at
 -- the same time never duplicate or lose a message.
 --
 -- KEYS[1] scheduled ZSET, KEYS[2] scheduled HASH, KEYS[3] stream
--- ARGV[1] most messages to move
--- Returns { moved, ms until the next scheduled message is due or -1 }
+-- ARGV[1] most messages to move, ARGV[2] how far ahead of their due time
+-- messages are moved, in ms (subscribers hold them until due)
+-- Returns { moved, ms until the next scheduled message is to be moved, or -1 }
 -- The stream entry is m (the message as stored), i (message id), d (due time, ms).
 
 local scheduled, messages, stream = KEYS[1], KEYS[2], KEYS[3]
 local now = now_ms()
-local due = redis.call('ZRANGEBYSCORE', scheduled, '-inf', now, 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[1]))
+local ahead = tonumber(ARGV[2])
+local due = redis.call('ZRANGEBYSCORE', scheduled, '-inf', now + ahead, 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[1]))
 local ids = {}
 for d = 1, #due, 2 do ids[#ids + 1] = due[d] end
 if #ids > 0 then
@@ -24,5 +27,5 @@ if #ids > 0 then
 end
 local wait = -1
 local head = redis.call('ZRANGE', scheduled, 0, 0, 'WITHSCORES')
-if head[1] then wait = math.max(0, tonumber(head[2]) - now) end
+if head[1] then wait = math.max(0, tonumber(head[2]) - ahead - now) end
 return { #ids, wait }
