@@ -112,6 +112,18 @@ pub struct Settings {
     /// rescheduled. 0 promotes exactly at the due time.
     #[arg(long, env = "REDQ_PROMOTE_AHEAD", default_value = "0s", value_parser = parse_promote_ahead)]
     pub promote_ahead: Duration,
+    /// Refuse publishes (RESOURCE_EXHAUSTED) while Redis uses more than this
+    /// fraction of its maxmemory (no effect when maxmemory is 0).
+    #[arg(long, env = "REDQ_MEMORY_LIMIT_RATIO", default_value_t = 0.9, value_parser = parse_ratio)]
+    pub memory_limit_ratio: f64,
+    /// Retention of topics without retention settings: messages are kept
+    /// this long (never less than every subscription needs them); 0 trims
+    /// them as soon as every subscription has acked them.
+    #[arg(long, env = "REDQ_DEFAULT_RETENTION", default_value = "7d", value_parser = humantime::parse_duration)]
+    pub default_retention: Duration,
+    /// How often each replica applies retention to every topic.
+    #[arg(long, env = "REDQ_TRIM_INTERVAL", default_value = "5s", value_parser = parse_positive_duration)]
+    pub trim_interval: Duration,
     #[command(flatten)]
     pub limits: Limits,
 }
@@ -210,6 +222,13 @@ fn parse_promote_ahead(s: &str) -> Result<Duration, String> {
         return Err("must be at most 60s".into());
     }
     Ok(duration)
+}
+
+fn parse_ratio(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(r) if r > 0.0 && r <= 1.0 => Ok(r),
+        _ => Err("must be a number in (0, 1]".into()),
+    }
 }
 
 fn parse_count(s: &str) -> Result<usize, String> {

@@ -11,6 +11,12 @@ pub enum Error {
     /// The named thing does not exist.
     #[error("{0} not found")]
     NotFound(String),
+    /// The named thing exists already.
+    #[error("{0} already exists")]
+    AlreadyExists(String),
+    /// A limit stops the request (Redis near its memory limit).
+    #[error("{0}")]
+    ResourceExhausted(String),
     /// The caller no longer holds the lease on these deliveries.
     #[error("lease lost for ack_ids {0:?}: the message was redelivered or acked")]
     LeaseLost(Vec<String>),
@@ -44,6 +50,11 @@ impl Error {
 
 impl From<redis::RedisError> for Error {
     fn from(err: redis::RedisError) -> Self {
+        // Redis at maxmemory with noeviction refuses writes; the memory
+        // guard should have paused publishing before that.
+        if err.code() == Some("OOM") {
+            return Error::ResourceExhausted("redis is out of memory".into());
+        }
         // Connection-level failures are retryable; anything Redis itself
         // rejected is a server fault worth a log line.
         if err.is_io_error()
@@ -82,6 +93,8 @@ impl From<Error> for Status {
         match &err {
             Error::InvalidArgument { .. } => Status::invalid_argument(err.to_string()),
             Error::NotFound(_) => Status::not_found(err.to_string()),
+            Error::AlreadyExists(_) => Status::already_exists(err.to_string()),
+            Error::ResourceExhausted(_) => Status::resource_exhausted(err.to_string()),
             Error::LeaseLost(_) => Status::failed_precondition(err.to_string()),
             Error::ShuttingDown => Status::unavailable(err.to_string()),
             Error::Unavailable(_) | Error::PoolTimeout => {

@@ -1,7 +1,7 @@
 //! Wires the gRPC server, the HTTP health endpoint and the background loops,
 //! and runs them until the shutdown future resolves.
 
-use crate::broker::{Broker, BrokerSettings};
+use crate::broker::{Broker, BrokerSettings, retention};
 use crate::config::Settings;
 use crate::grpc::{AdminApi, QueueApi};
 use crate::health::Health;
@@ -41,10 +41,26 @@ pub async fn run(
     let broker_settings = BrokerSettings {
         dedupe_window: settings.dedupe_window,
         promote_ahead: settings.promote_ahead,
+        default_ack_deadline: settings.limits.default_ack_deadline,
     };
     let broker = Broker::new(store.clone(), broker_settings, stop.clone());
-    health.spawn_loop("redis-monitor", health.clone().run_monitor(store));
+    health.spawn_loop("redis-monitor", health.clone().run_monitor(store.clone()));
     health.spawn_loop("promoter", broker.promoter().run(stop.clone()));
+    health.spawn_loop(
+        "trimmer",
+        retention::run_trimmer(
+            store.clone(),
+            settings.default_retention,
+            settings.trim_interval,
+            stop.clone(),
+        ),
+    );
+    health.spawn_loop(
+        "memory-guard",
+        broker
+            .memory_guard()
+            .run(store.clone(), settings.memory_limit_ratio, stop.clone()),
+    );
     health.spawn_loop(
         "hint-listener",
         broker.wakeups().clone().run_hint_listener(stop.clone()),
@@ -61,7 +77,7 @@ pub async fn run(
     // Large enough that an oversize payload is reported as INVALID_ARGUMENT
     // naming the message, not rejected as an undecodable request.
     let max_request = (settings.limits.max_payload_bytes as usize * 2).max(16 * 1024 * 1024);
-    let admin = AdminServiceServer::new(AdminApi::new(broker.clone()));
+    let admin = AdminServiceServer::new(AdminApi::new(broker.clone(), settings.limits.clone()));
     let queue = QueueServiceServer::new(QueueApi::new(broker, settings.limits.clone()))
         .max_decoding_message_size(max_request);
 

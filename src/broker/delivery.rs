@@ -28,7 +28,8 @@ pub struct SubscribeOptions {
     /// The client's name for this consumer; may be empty.
     pub consumer: String,
     pub max_outstanding: u32,
-    pub ack_deadline: Duration,
+    /// The stream's ack deadline; None: the subscription's, else the server's.
+    pub ack_deadline: Option<Duration>,
     /// Where the subscription starts, if this call creates it.
     pub start: GroupStart,
     /// Retry settings of the subscription, if this call creates it.
@@ -47,6 +48,7 @@ pub struct Delivery {
 pub(super) struct DeliveryLoop {
     pub broker: Broker,
     pub options: SubscribeOptions,
+    pub ack_deadline: Duration,
     /// Unique name of this stream in the consumer group.
     pub consumer: String,
     pub sender: mpsc::Sender<Result<Vec<Delivery>>>,
@@ -66,7 +68,7 @@ impl DeliveryLoop {
             max_outstanding: self.options.max_outstanding,
             // A message promoted ahead of its due time is held here until
             // then; its lease must not run while it waits.
-            lease: self.options.ack_deadline + broker.promote_ahead,
+            lease: self.ack_deadline + broker.promote_ahead,
         };
         let limit = self.options.max_outstanding.min(FETCH_LIMIT);
         let mut held = Held::default();

@@ -3,10 +3,13 @@
 //! that any replica can serve.
 
 pub mod ack_id;
+mod admin;
 mod delivery;
 pub mod promoter;
+pub mod retention;
 pub mod wakeups;
 
+pub use admin::{SeekTarget, SubscriptionView, TopicView};
 pub use delivery::{Delivery, SubscribeOptions};
 
 use crate::error::{Error, Result};
@@ -14,12 +17,16 @@ use crate::store::dead_letters::DeadLetterPage;
 use crate::store::leases::Lease;
 use crate::store::scheduled::Rescheduled;
 use crate::store::stream::{Due, NewMessage, Published};
+use crate::store::topics::{SubscriptionSettings, TopicSettings};
 use crate::store::{Store, TopicKeys};
 use delivery::DeliveryLoop;
 use promoter::{Promoter, PromotionTimers};
+use retention::MemoryGuard;
+use std::collections::HashMap;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use std::time::Instant;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use wakeups::Wakeups;
@@ -42,14 +49,22 @@ pub struct Broker {
     /// How long before their due time scheduled messages are promoted (and
     /// then held by the delivery loops until due).
     promote_ahead: Duration,
+    default_ack_deadline: Duration,
+    topic_settings: Arc<Mutex<HashMap<String, (Instant, TopicSettings)>>>,
+    memory: MemoryGuard,
     shutdown: CancellationToken,
 }
+
+/// How long a replica uses topic settings it read before reading them again.
+const TOPIC_SETTINGS_TTL: Duration = Duration::from_secs(5);
 
 /// Settings of the broker that come from the server's configuration.
 #[derive(Debug, Clone, Copy)]
 pub struct BrokerSettings {
     pub dedupe_window: Duration,
     pub promote_ahead: Duration,
+    /// Ack deadline of streams whose request and subscription set none.
+    pub default_ack_deadline: Duration,
 }
 
 impl Broker {
@@ -62,12 +77,20 @@ impl Broker {
             known_topics: Arc::default(),
             dedupe_window: settings.dedupe_window,
             promote_ahead: settings.promote_ahead,
+            default_ack_deadline: settings.default_ack_deadline,
+            topic_settings: Arc::default(),
+            memory: MemoryGuard::default(),
             shutdown,
         }
     }
 
     pub fn wakeups(&self) -> &Wakeups {
         &self.wakeups
+    }
+
+    /// Whether Redis is too full to publish; updated by [`MemoryGuard::run`].
+    pub fn memory_guard(&self) -> MemoryGuard {
+        self.memory.clone()
     }
 
     /// The background loop that promotes this broker's scheduled messages.
@@ -79,10 +102,27 @@ impl Broker {
     /// or scheduled when due later. Results in request order.
     #[tracing::instrument(skip_all, fields(topic))]
     pub async fn publish(&self, topic: &str, messages: Vec<NewMessage>) -> Result<Vec<Published>> {
+        if self.memory.is_full() {
+            return Err(Error::ResourceExhausted(
+                "redis is close to its memory limit; publishing is paused".into(),
+            ));
+        }
         self.register_topic(topic).await?;
+        let settings = self.topic_settings(topic).await?;
+        if let Some(limit) = settings.max_payload_bytes
+            && let Some(i) = messages
+                .iter()
+                .position(|m| m.payload.len() > limit as usize)
+        {
+            return Err(Error::invalid(
+                format!("messages[{i}].payload"),
+                format!("more than the topic's limit of {limit} bytes"),
+            ));
+        }
+        let dedupe_window = settings.dedupe_window.unwrap_or(self.dedupe_window);
         let published = self
             .store
-            .publish(&TopicKeys::new(topic), &messages, self.dedupe_window)
+            .publish(&TopicKeys::new(topic), &messages, dedupe_window)
             .await?;
         if let Some(first_due) = published.iter().filter_map(|p| p.scheduled_in).min() {
             self.wakeups.scheduled(topic, first_due).await?;
@@ -143,9 +183,24 @@ impl Broker {
         }
         let keys = TopicKeys::new(&options.topic);
         self.register_topic(&options.topic).await?;
+        let defaults = SubscriptionSettings {
+            ack_deadline: None,
+            retry: options.retry,
+            dead_lettering: true,
+        };
         self.store
-            .ensure_subscription(&keys, &options.subscription, options.start, options.retry)
+            .ensure_subscription(&keys, &options.subscription, options.start, &defaults)
             .await?;
+        let stored = self
+            .store
+            .subscription_settings(&keys, &options.subscription)
+            .await?
+            .unwrap_or(defaults);
+        // The stream's own deadline, else the subscription's, else the server's.
+        let ack_deadline = options
+            .ack_deadline
+            .or(stored.ack_deadline)
+            .unwrap_or(self.default_ack_deadline);
         if let Err(err) = self
             .store
             .prune_consumers(&keys, &options.subscription, PRUNE_IDLE_CONSUMERS)
@@ -159,6 +214,7 @@ impl Broker {
             DeliveryLoop {
                 broker: self.clone(),
                 options,
+                ack_deadline,
                 consumer,
                 sender,
             }
@@ -221,6 +277,32 @@ impl Broker {
             .extend(&TopicKeys::new(topic), subscription, leases, deadline)
             .await?;
         lost_leases(leases, &held)
+    }
+
+    /// The topic's settings, as read at most [`TOPIC_SETTINGS_TTL`] ago.
+    async fn topic_settings(&self, topic: &str) -> Result<TopicSettings> {
+        if let Some((read, settings)) = self
+            .topic_settings
+            .lock()
+            .expect("settings lock")
+            .get(topic)
+            && read.elapsed() < TOPIC_SETTINGS_TTL
+        {
+            return Ok(*settings);
+        }
+        let settings = self.store.topic_settings(&TopicKeys::new(topic)).await?;
+        self.topic_settings
+            .lock()
+            .expect("settings lock")
+            .insert(topic.to_owned(), (Instant::now(), settings));
+        Ok(settings)
+    }
+
+    fn forget_topic_settings(&self, topic: &str) {
+        self.topic_settings
+            .lock()
+            .expect("settings lock")
+            .remove(topic);
     }
 
     async fn register_topic(&self, topic: &str) -> Result<()> {

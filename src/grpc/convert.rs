@@ -303,10 +303,9 @@ pub fn subscribe_options(
         }
         n => n,
     };
-    let ack_deadline = match ack_deadline {
-        None => limits.default_ack_deadline,
-        Some(deadline) => lease_duration("ack_deadline", deadline, limits, false)?,
-    };
+    let ack_deadline = ack_deadline
+        .map(|deadline| lease_duration("ack_deadline", deadline, limits, false))
+        .transpose()?;
     let start = match pb::StartPosition::try_from(start) {
         Ok(pb::StartPosition::Unspecified | pb::StartPosition::Earliest) => GroupStart::Earliest,
         Ok(pb::StartPosition::Latest) => GroupStart::Latest,
@@ -476,7 +475,7 @@ pub fn dead_letter(dead_letter: DeadLetter) -> pb::DeadLetter {
     }
 }
 
-fn timestamp_ms(ms: u64) -> prost_types::Timestamp {
+pub fn timestamp_ms(ms: u64) -> prost_types::Timestamp {
     prost_types::Timestamp {
         seconds: (ms / 1000) as i64,
         nanos: ((ms % 1000) * 1_000_000) as i32,
@@ -558,7 +557,7 @@ mod tests {
         };
         let options = subscribe_options(request.clone(), &limits).unwrap();
         assert_eq!(options.max_outstanding, 100);
-        assert_eq!(options.ack_deadline, Duration::from_secs(30));
+        assert_eq!(options.ack_deadline, None);
         assert_eq!(options.start, GroupStart::Earliest);
         let over = pb::SubscribeRequest {
             max_outstanding_messages: limits.max_outstanding_limit + 1,

@@ -1,6 +1,7 @@
 //! A subscription's dead letters: a stream of the messages that used up their
 //! delivery attempts, with how many there were and why the last one failed.
 
+use super::scripts::REDRIVE_DEAD_LETTERS;
 use super::stream::{Entry, as_array, decode_entry_with, entry_time_ms, is_entry_id};
 use super::{Store, TopicKeys};
 use crate::error::{Error, Result};
@@ -65,6 +66,55 @@ impl Store {
             dead_letters,
             next_after,
         })
+    }
+}
+
+impl Store {
+    /// Gives up to `limit` dead letters (the oldest, or those in `ids`) back
+    /// to their subscription; returns how many.
+    pub async fn redrive_dead_letters(
+        &self,
+        keys: &TopicKeys,
+        subscription: &str,
+        ids: &[String],
+        limit: u32,
+    ) -> Result<u64> {
+        let mut conn = self.connection().await?;
+        Ok(REDRIVE_DEAD_LETTERS
+            .key(keys.dead_letters(subscription))
+            .key(keys.stream())
+            .arg(subscription)
+            .arg(limit)
+            .arg(ids)
+            .invoke_async(&mut *conn)
+            .await?)
+    }
+
+    /// Deletes the dead letters in `ids`, or all of them when empty; returns how many.
+    pub async fn purge_dead_letters(
+        &self,
+        keys: &TopicKeys,
+        subscription: &str,
+        ids: &[String],
+    ) -> Result<u64> {
+        let dlq = keys.dead_letters(subscription);
+        let mut conn = self.connection().await?;
+        if !ids.is_empty() {
+            return Ok(redis::cmd("XDEL")
+                .arg(&dlq)
+                .arg(ids)
+                .query_async(&mut *conn)
+                .await?);
+        }
+        let (count, _): (u64, i64) = redis::pipe()
+            .atomic()
+            .cmd("XLEN")
+            .arg(&dlq)
+            .cmd("DEL")
+            .arg(&dlq)
+            .query_async(&mut *conn)
+            .await?;
+        Ok(count)
     }
 }
 

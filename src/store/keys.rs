@@ -3,7 +3,7 @@
 //! Every key of a topic carries the hash tag `{<topic>}` so that each Lua
 //! script touches a single Redis Cluster slot.
 
-/// Set of every topic name ever published or subscribed to.
+/// ZSET (all scores 0, so ordered by name) of every topic.
 pub const TOPICS: &str = "redq:topics";
 
 /// Pub/Sub channel on which replicas hint each other that work is ready.
@@ -27,6 +27,11 @@ impl TopicKeys {
         format!("redq:{{{}}}:stream", self.topic)
     }
 
+    /// HASH of the topic's settings and counters (`published`, `dropped`).
+    pub fn settings(&self) -> String {
+        format!("redq:{{{}}}:settings", self.topic)
+    }
+
     /// ZSET of scheduled messages: message id → due time (ms).
     pub fn scheduled(&self) -> String {
         format!("redq:{{{}}}:scheduled", self.topic)
@@ -43,7 +48,8 @@ impl TopicKeys {
         format!("redq:{{{}}}:dedupe:{}", self.topic, dedupe_id)
     }
 
-    /// HASH of a subscription's settings (retry backoff, max delivery attempts).
+    /// HASH of a subscription's settings (`ack`, `bmin`, `bmax`, `max`, `dlq`)
+    /// and its `acked` counter.
     pub fn subscription(&self, subscription: &str) -> String {
         format!("redq:{{{}}}:sub:{}", self.topic, subscription)
     }

@@ -5,10 +5,11 @@
 //! the dead letters after its last attempt) before the next consumer gets it.
 
 use super::scripts::{
-    END_LEASES, ENSURE_SUBSCRIPTION, EXTEND_LEASES, FETCH_DELIVERIES, PRUNE_CONSUMERS,
+    ACK, END_LEASES, ENSURE_SUBSCRIPTION, EXTEND_LEASES, FETCH_DELIVERIES, PRUNE_CONSUMERS,
     RELEASE_CONSUMER,
 };
 use super::stream::{Entry, GroupStart, as_array, as_int, decode_entry};
+use super::topics::SubscriptionSettings;
 use super::{Store, TopicKeys};
 use crate::error::{Error, Result};
 use redis::Value;
@@ -55,15 +56,16 @@ pub struct RetryPolicy {
 }
 
 impl Store {
-    /// Creates the subscription with `retry` unless it exists (an existing
+    /// Creates the subscription with `settings` unless it exists (an existing
     /// one keeps its settings); true when created.
     pub async fn ensure_subscription(
         &self,
         keys: &TopicKeys,
         subscription: &str,
         start: GroupStart,
-        retry: RetryPolicy,
+        settings: &SubscriptionSettings,
     ) -> Result<bool> {
+        let retry = settings.retry;
         let start_id = match start {
             GroupStart::Earliest => "0",
             GroupStart::Latest => "$",
@@ -77,6 +79,8 @@ impl Store {
             .arg(retry.minimum_backoff.as_millis() as u64)
             .arg(retry.maximum_backoff.as_millis() as u64)
             .arg(retry.max_delivery_attempts)
+            .arg(settings.ack_deadline.map_or(0, |d| d.as_millis() as u64))
+            .arg(u8::from(settings.dead_lettering))
             .invoke_async(&mut *conn)
             .await?;
         Ok(created == 1)
@@ -119,23 +123,18 @@ impl Store {
     }
 
     /// Acknowledges entries: they leave the subscription's pending list for good.
-    pub async fn ack(&self, keys: &TopicKeys, group: &str, entry_ids: &[&str]) -> Result<()> {
+    pub async fn ack(&self, keys: &TopicKeys, group: &str, entry_ids: &[&str]) -> Result<u64> {
         let mut conn = self.connection().await?;
-        // One transaction so a crash cannot leave a lease without its entry
-        // (harmless, as the fetch script drops stale leases, but untidy).
-        let _: Value = redis::pipe()
-            .atomic()
-            .cmd("XACK")
-            .arg(keys.stream())
+        let acked: u64 = ACK
+            .key(keys.stream())
+            .key(keys.timers(group))
+            .key(keys.subscription(group))
             .arg(group)
             .arg(entry_ids)
-            .cmd("ZREM")
-            .arg(keys.timers(group))
-            .arg(entry_ids)
-            .query_async(&mut *conn)
+            .invoke_async(&mut *conn)
             .await
             .map_err(group_missing_is_not_found)?;
-        Ok(())
+        Ok(acked)
     }
 
     /// Sets each lease still held by its consumer to end `lease` from now.

@@ -7,6 +7,7 @@ pub mod leases;
 pub mod scheduled;
 mod scripts;
 pub mod stream;
+pub mod topics;
 
 use crate::error::Result;
 use bb8_redis::RedisConnectionManager;

@@ -87,13 +87,4 @@ impl Store {
             .ok()
             .map(|due_ms| Rescheduled { due_ms, due_in }))
     }
-
-    /// Every topic ever used, for the promoter's periodic sweep.
-    pub async fn topics(&self) -> Result<Vec<String>> {
-        let mut conn = self.connection().await?;
-        Ok(redis::cmd("SMEMBERS")
-            .arg(super::keys::TOPICS)
-            .query_async(&mut *conn)
-            .await?)
-    }
 }

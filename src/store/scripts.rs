@@ -21,6 +21,7 @@ macro_rules! script {
     };
 }
 
+script!(ACK, "ack.lua");
 script!(ENSURE_SUBSCRIPTION, "ensure_subscription.lua");
 script!(FETCH_DELIVERIES, "fetch_deliveries.lua", with_lib);
 script!(END_LEASES, "end_leases.lua", with_lib);
@@ -31,3 +32,6 @@ script!(PUBLISH_MESSAGES, "publish_messages.lua", with_lib);
 script!(PROMOTE_DUE, "promote_due.lua", with_lib);
 script!(CANCEL_SCHEDULED, "cancel_scheduled.lua");
 script!(RESCHEDULE, "reschedule.lua", with_lib);
+script!(REDRIVE_DEAD_LETTERS, "redrive_dead_letters.lua");
+script!(SEEK, "seek.lua");
+script!(TRIM_STREAM, "trim_stream.lua", with_lib);

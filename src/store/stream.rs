@@ -139,6 +139,20 @@ pub fn entry_time_ms(id: &str) -> Option<u64> {
     id.split_once('-')?.0.parse().ok()
 }
 
+/// The greatest possible entry id before `id` (`0-0` for the first): the
+/// last one to skip so that `id` is read next.
+pub fn entry_id_before(id: &str) -> String {
+    let (ms, seq) = id
+        .split_once('-')
+        .and_then(|(ms, seq)| Some((ms.parse::<u64>().ok()?, seq.parse::<u64>().ok()?)))
+        .unwrap_or((0, 0));
+    match (ms, seq) {
+        (0, 0) => "0-0".to_owned(),
+        (ms, 0) => format!("{}-{}", ms - 1, u64::MAX),
+        (ms, seq) => format!("{ms}-{}", seq - 1),
+    }
+}
+
 /// Whether `id` has the shape of a stream entry id.
 pub fn is_entry_id(id: &str) -> bool {
     matches!(id.split_once('-'), Some((ms, seq))
@@ -176,6 +190,11 @@ impl Store {
                 .arg(MESSAGE_FIELD)
                 .arg(encode_message(message));
         }
+        pipe.cmd("HINCRBY")
+            .arg(keys.settings())
+            .arg("published")
+            .arg(messages.len())
+            .ignore();
         let mut conn = self.connection().await?;
         let ids: Vec<String> = pipe.query_async(&mut *conn).await?;
         Ok(ids
@@ -199,6 +218,7 @@ impl Store {
         invocation
             .key(keys.scheduled())
             .key(keys.scheduled_messages())
+            .key(keys.settings())
             .arg(dedupe_window.as_millis() as u64);
         let mut dedupe_keys = 0;
         for message in messages {
@@ -212,7 +232,7 @@ impl Store {
             } else {
                 invocation.key(keys.dedupe(&message.dedupe_id));
                 dedupe_keys += 1;
-                3 + dedupe_keys
+                4 + dedupe_keys
             };
             invocation
                 .arg(new_scheduled_id())
@@ -244,17 +264,6 @@ impl Store {
                 })
             })
             .collect()
-    }
-
-    /// Remembers a topic name, for listing topics.
-    pub async fn register_topic(&self, topic: &str) -> Result<()> {
-        let mut conn = self.connection().await?;
-        let _: i64 = redis::cmd("SADD")
-            .arg(super::keys::TOPICS)
-            .arg(topic)
-            .query_async(&mut *conn)
-            .await?;
-        Ok(())
     }
 
     /// Id of the newest entry of the stream, `0-0` when there is none.
@@ -390,6 +399,13 @@ mod tests {
         assert!(!is_entry_id(&id));
         assert!(!is_scheduled_id("1700000000000-0"));
         assert_ne!(new_scheduled_id(), id);
+    }
+
+    #[test]
+    fn the_id_before_an_entry_is_the_last_one_to_skip() {
+        assert_eq!(entry_id_before("5-3"), "5-2");
+        assert_eq!(entry_id_before("5-0"), format!("4-{}", u64::MAX));
+        assert_eq!(entry_id_before("0-0"), "0-0");
     }
 
     #[test]

@@ -3,7 +3,8 @@
 --
 -- KEYS[1] stream, KEYS[2] subscription settings HASH
 -- ARGV[1] group, ARGV[2] start id ('0' or '$'), ARGV[3] backoff min ms,
--- ARGV[4] backoff max ms, ARGV[5] max delivery attempts
+-- ARGV[4] backoff max ms, ARGV[5] max delivery attempts, ARGV[6] ack deadline
+-- ms (0: the server default), ARGV[7] dead lettering (1 on, 0 off)
 -- Returns 1 when created, 0 when it existed.
 
 local created = redis.pcall('XGROUP', 'CREATE', KEYS[1], ARGV[1], ARGV[2], 'MKSTREAM')
@@ -14,6 +15,7 @@ else
   created = 1
 end
 if created == 1 or redis.call('EXISTS', KEYS[2]) == 0 then
-  redis.call('HSET', KEYS[2], 'bmin', ARGV[3], 'bmax', ARGV[4], 'max', ARGV[5])
+  redis.call('HSET', KEYS[2], 'bmin', ARGV[3], 'bmax', ARGV[4], 'max', ARGV[5],
+    'ack', ARGV[6], 'dlq', ARGV[7])
 end
 return created

@@ -29,6 +29,14 @@ local out = {}
 local ended = 0 -- leases ended by this call, bounded by `limit`
 local room = 0  -- deliveries this consumer may still take
 
+-- Redriven dead letters are for one subscription only (field `o`).
+local function meant_for_others(fields)
+  for f = 1, #fields, 2 do
+    if fields[f] == 'o' then return fields[f + 1] ~= group end
+  end
+  return false
+end
+
 local function owned()
   local summary = redis.call('XPENDING', stream, group)
   for _, pair in ipairs(summary[4] or {}) do
@@ -131,8 +139,12 @@ if room > 0 and #out < limit then
   local entries = read and read[1][2] or {}
   if #entries > 0 then
     for _, entry in ipairs(entries) do
-      out[#out + 1] = { entry[1], 1, entry[2] }
-      room = room - 1
+      if meant_for_others(entry[2]) then
+        redis.call('XACK', stream, group, entry[1])
+      else
+        out[#out + 1] = { entry[1], 1, entry[2] }
+        room = room - 1
+      end
     end
     local batch = 'b/' .. consumer .. '/' .. entries[1][1] .. '/' .. entries[#entries][1]
     redis.call('ZADD', timers, deadline, batch)

@@ -17,10 +17,11 @@ local function holds(stream, group, id, consumer, count)
   return pending ~= nil and pending[2] == consumer and tonumber(pending[4]) == count
 end
 
--- A subscription's retry settings: backoff min and max (ms), max delivery attempts.
+-- A subscription's retry settings: backoff min and max (ms), max delivery
+-- attempts, and whether messages out of attempts are kept as dead letters.
 local function retry_settings(key)
-  local s = redis.call('HMGET', key, 'bmin', 'bmax', 'max')
-  return tonumber(s[1]) or 1000, tonumber(s[2]) or 600000, tonumber(s[3]) or 0
+  local s = redis.call('HMGET', key, 'bmin', 'bmax', 'max', 'dlq')
+  return tonumber(s[1]) or 1000, tonumber(s[2]) or 600000, tonumber(s[3]) or 0, s[4] ~= '0'
 end
 
 -- Wait before the next delivery after `attempt` failed: bmin * 2^(attempt-1), capped at bmax.
@@ -36,12 +37,13 @@ local function park(stream, timers, group, id, due)
   redis.call('ZADD', timers, due, id)
 end
 
--- Copies an entry to the dead letters and takes it out of the subscription in
--- the same step, so it is dead-lettered exactly once.
+-- Copies an entry to the dead letters (unless `keep` is false: dead-lettering
+-- is off and it is dropped) and takes it out of the subscription in the same
+-- step, so it is dead-lettered exactly once.
 -- Adds to the entry's fields: e (its stream id), i (message id, unless
 -- scheduled messages already carry one), n (delivery attempts), r (reason).
-local function dead_letter(stream, timers, dlq, group, id, attempts, reason)
-  local entry = redis.call('XRANGE', stream, id, id)[1]
+local function dead_letter(stream, timers, dlq, group, id, attempts, reason, keep)
+  local entry = keep and redis.call('XRANGE', stream, id, id)[1]
   if entry then
     local fields = entry[2]
     local has_message_id = false
@@ -68,9 +70,9 @@ end
 -- attempt, else park until the retry time. Returns the wait until redelivery,
 -- or -1 when dead-lettered.
 local function end_lease(stream, timers, dlq, group, settings_key, id, attempts, now, delay, reason)
-  local bmin, bmax, max_attempts = retry_settings(settings_key)
+  local bmin, bmax, max_attempts, keep = retry_settings(settings_key)
   if max_attempts > 0 and attempts >= max_attempts then
-    dead_letter(stream, timers, dlq, group, id, attempts, reason)
+    dead_letter(stream, timers, dlq, group, id, attempts, reason, keep)
     return -1
   end
   local wait = delay

@@ -1,0 +1,39 @@
+-- Gives dead letters back to their subscription: each is appended to the
+-- topic stream again, marked `o` (only for) with the subscription so that the
+-- other subscriptions skip it, and removed from the dead letters in the same
+-- step, so it is redriven exactly once.
+--
+-- KEYS[1] dead letters STREAM, KEYS[2] topic stream
+-- ARGV[1] subscription, ARGV[2] most to redrive, ARGV[3..] dead letter ids
+-- (none: the oldest ones)
+-- Returns the number redriven.
+
+local dlq, stream, subscription = KEYS[1], KEYS[2], ARGV[1]
+local entries
+if #ARGV > 2 then
+  entries = {}
+  for i = 3, #ARGV do
+    local entry = redis.call('XRANGE', dlq, ARGV[i], ARGV[i])[1]
+    if entry then entries[#entries + 1] = entry end
+  end
+else
+  entries = redis.call('XRANGE', dlq, '-', '+', 'COUNT', tonumber(ARGV[2]))
+end
+
+for _, entry in ipairs(entries) do
+  local fields = {}
+  local original = entry[2]
+  for f = 1, #original, 2 do
+    local name = original[f]
+    -- Keep the message (m, i, d); drop what dead-lettering added.
+    if name == 'm' or name == 'i' or name == 'd' then
+      fields[#fields + 1] = name
+      fields[#fields + 1] = original[f + 1]
+    end
+  end
+  fields[#fields + 1] = 'o'
+  fields[#fields + 1] = subscription
+  redis.call('XADD', stream, '*', unpack(fields))
+  redis.call('XDEL', dlq, entry[1])
+end
+return #entries

@@ -1,0 +1,21 @@
+-- Moves a subscription so that entries after ARGV[2] are delivered (again)
+-- and the ones up to it count as acked.
+--
+-- KEYS[1] stream, KEYS[2] timers ZSET
+-- ARGV[1] group, ARGV[2] last entry id to skip ('0-0': none)
+-- Returns the number of pending deliveries acked by the move.
+
+local stream, timers, group, last = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
+redis.call('XGROUP', 'SETID', stream, group, last)
+local acked = 0
+if last ~= '0-0' then
+  while true do
+    local pending = redis.call('XPENDING', stream, group, '-', last, 1000)
+    if #pending == 0 then break end
+    local ids = {}
+    for _, entry in ipairs(pending) do ids[#ids + 1] = entry[1] end
+    acked = acked + redis.call('XACK', stream, group, unpack(ids))
+    redis.call('ZREM', timers, unpack(ids))
+  end
+end
+return acked
