@@ -11,7 +11,7 @@ pub use delivery::{Delivery, SubscribeOptions};
 
 use crate::error::{Error, Result};
 use crate::store::dead_letters::DeadLetterPage;
-use crate::store::leases::Lease;
+use crate::store::leases::{Ended, Lease};
 use crate::store::scheduled::Rescheduled;
 use crate::store::stream::{Due, NewMessage, Published};
 use crate::store::{Store, TopicKeys};
@@ -191,10 +191,11 @@ impl Broker {
         leases: &[Lease],
         delay: Option<Duration>,
     ) -> Result<()> {
-        let held = self
+        let ended = self
             .store
             .end_leases(&TopicKeys::new(topic), subscription, leases, delay)
             .await?;
+        let held: Vec<bool> = ended.iter().map(|&e| e != Ended::Lost).collect();
         if held.iter().any(|&h| h) {
             // Streams recompute when to look next, here and on other replicas.
             self.wakeups.deliveries_returned(topic).await?;
