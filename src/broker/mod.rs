@@ -10,6 +10,7 @@ pub mod wakeups;
 pub use delivery::{Delivery, SubscribeOptions};
 
 use crate::error::{Error, Result};
+use crate::metrics::Metrics;
 use crate::store::dead_letters::DeadLetterPage;
 use crate::store::leases::{Ended, Lease};
 use crate::store::scheduled::Rescheduled;
@@ -43,6 +44,7 @@ pub struct Broker {
     /// then held by the delivery loops until due).
     promote_ahead: Duration,
     shutdown: CancellationToken,
+    metrics: Metrics,
 }
 
 /// Settings of the broker that come from the server's configuration.
@@ -63,7 +65,19 @@ impl Broker {
             dedupe_window: settings.dedupe_window,
             promote_ahead: settings.promote_ahead,
             shutdown,
+            metrics: Metrics::default(),
         }
+    }
+
+    /// Counts what this broker does in `metrics` (by default, in a registry
+    /// of its own that nothing serves).
+    pub fn with_metrics(mut self, metrics: Metrics) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
     }
 
     pub fn wakeups(&self) -> &Wakeups {
@@ -84,6 +98,7 @@ impl Broker {
             .store
             .publish(&TopicKeys::new(topic), &messages, self.dedupe_window)
             .await?;
+        self.metrics.published(topic, &published);
         if let Some(first_due) = published.iter().filter_map(|p| p.scheduled_in).min() {
             self.wakeups.scheduled(topic, first_due).await?;
         }
@@ -171,9 +186,11 @@ impl Broker {
     #[tracing::instrument(skip_all, fields(topic, subscription))]
     pub async fn ack(&self, topic: &str, subscription: &str, leases: &[Lease]) -> Result<()> {
         let ids: Vec<&str> = leases.iter().map(|l| l.entry_id.as_str()).collect();
-        self.store
+        let acked = self
+            .store
             .ack(&TopicKeys::new(topic), subscription, &ids)
             .await?;
+        self.metrics.acked(topic, subscription, acked);
         self.wakeups
             .room_freed(leases.iter().map(|l| l.consumer.as_str()))
             .await
@@ -195,6 +212,14 @@ impl Broker {
             .store
             .end_leases(&TopicKeys::new(topic), subscription, leases, delay)
             .await?;
+        let count = |what: Ended| ended.iter().filter(|&&e| e == what).count() as u64;
+        let dead_lettered = count(Ended::DeadLettered);
+        self.metrics.nacked(
+            topic,
+            subscription,
+            count(Ended::Parked) + dead_lettered,
+            dead_lettered,
+        );
         let held: Vec<bool> = ended.iter().map(|&e| e != Ended::Lost).collect();
         if held.iter().any(|&h| h) {
             // Streams recompute when to look next, here and on other replicas.
