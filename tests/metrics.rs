@@ -328,3 +328,25 @@ async fn topics_beyond_the_label_budget_share_the_other_label() {
         None
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_answer_while_redis_is_down() {
+    let mut redis = RedisServer::start();
+    let server = TestServer::start(&redis.url(), &[]).await;
+    let mut client = server.client().await;
+    publish(&mut client, TOPIC, payloads("m", 3)).await;
+    let m = scrape(server.metrics_addr).await;
+    assert_eq!(
+        m.value("redq_topic_stream_length", &[("topic", TOPIC)]),
+        3.0
+    );
+
+    redis.kill();
+    let m = scrape(server.metrics_addr).await;
+    // Counters survive; the gauges Redis could not give are left out.
+    let topic = [("topic", TOPIC)];
+    assert_eq!(m.value("redq_messages_published_total", &topic), 3.0);
+    assert_eq!(m.get("redq_topic_stream_length", &topic), None);
+    assert_eq!(m.value("redq_metrics_scrape_failures_total", &[]), 1.0);
+    wait_http_status(server.metrics_addr, "/readyz", 503).await;
+}

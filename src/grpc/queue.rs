@@ -38,8 +38,9 @@ impl QueueService for QueueApi {
         convert::check_name("topic", &topic)?;
         let messages = convert::publish_messages(messages, &self.limits)?;
         let published = self.broker.publish(&topic, messages).await;
-        let metrics = self.broker.metrics();
-        metrics.publish_duration("Publish", started.elapsed());
+        self.broker
+            .metrics()
+            .publish_duration("Publish", started.elapsed());
         let published = published?;
         Ok(Response::new(convert::publish_response(published)))
     }
@@ -58,8 +59,9 @@ impl QueueService for QueueApi {
         convert::check_name("topic", &topic)?;
         let message = convert::scheduled_message(message, deliver_at, delay, &self.limits)?;
         let published = self.broker.publish(&topic, vec![message]).await;
-        let metrics = self.broker.metrics();
-        metrics.publish_duration("ScheduleDelayed", started.elapsed());
+        self.broker
+            .metrics()
+            .publish_duration("ScheduleDelayed", started.elapsed());
         let published = published?;
         let published = published
             .into_iter()
