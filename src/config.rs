@@ -69,7 +69,7 @@ pub struct ServeArgs {
     /// Address the gRPC server listens on.
     #[arg(long, env = "REDQ_LISTEN", default_value = "0.0.0.0:50051")]
     pub listen: SocketAddr,
-    /// Address of the HTTP endpoint serving /healthz and /readyz.
+    /// Address of the HTTP endpoint serving /metrics, /healthz and /readyz.
     #[arg(long, env = "REDQ_METRICS_LISTEN", default_value = "0.0.0.0:9090")]
     pub metrics_listen: SocketAddr,
     /// Redis to keep messages in: redis://, rediss:// or unix:// URL.
@@ -84,7 +84,7 @@ pub struct DevArgs {
     /// Address the gRPC server listens on.
     #[arg(long, env = "REDQ_LISTEN", default_value = "127.0.0.1:50051")]
     pub listen: SocketAddr,
-    /// Address of the HTTP endpoint serving /healthz and /readyz.
+    /// Address of the HTTP endpoint serving /metrics, /healthz and /readyz.
     #[arg(long, env = "REDQ_METRICS_LISTEN", default_value = "127.0.0.1:9090")]
     pub metrics_listen: SocketAddr,
     /// Directory for the private Redis' socket, log and append-only file.
@@ -100,6 +100,9 @@ pub struct Settings {
     /// Redis connections shared by all non-blocking commands.
     #[arg(long, env = "REDQ_REDIS_POOL_SIZE", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub redis_pool_size: u32,
+    /// Topics that get their own label in /metrics; the others share topic="_other".
+    #[arg(long, env = "REDQ_METRICS_MAX_TOPICS", default_value_t = crate::metrics::DEFAULT_MAX_TOPICS, value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
+    pub metrics_max_topics: u32,
     /// How long shutdown waits for in-flight calls before exiting anyway.
     #[arg(long, env = "REDQ_DRAIN_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
     pub drain_timeout: Duration,

@@ -7,6 +7,7 @@
 //! - [`config`]: flags and `REDQ_*` variables.
 //! - [`server`]: wires the gRPC and HTTP servers and the background loops.
 //! - [`health`]: readiness from Redis reachability and loop liveness.
+//! - [`metrics`]: Prometheus metrics, served on `/metrics`.
 //! - [`shutdown`]: the signals that start a graceful shutdown.
 //! - [`dev`]: `redq dev`, a private redis-server plus the server.
 //! - [`bench`]: `redq bench`, load generators against a running server.
@@ -18,6 +19,7 @@ pub mod dev;
 pub mod error;
 pub mod grpc;
 pub mod health;
+pub mod metrics;
 pub mod server;
 pub mod shutdown;
 pub mod store;

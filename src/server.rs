@@ -5,6 +5,7 @@ use crate::broker::{Broker, BrokerSettings, retention};
 use crate::config::Settings;
 use crate::grpc::{AdminApi, QueueApi};
 use crate::health::Health;
+use crate::metrics::Metrics;
 use crate::pb;
 use crate::pb::admin_service_server::AdminServiceServer;
 use crate::pb::queue_service_server::QueueServiceServer;
@@ -20,7 +21,7 @@ const TCP_KEEPALIVE: Duration = Duration::from_secs(60);
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// Serves gRPC on `grpc` and `/healthz`, `/readyz` on `http` until `shutdown`
+/// Serves gRPC on `grpc` and `/healthz`, `/readyz`, `/metrics` on `http` until `shutdown`
 /// resolves, then drains for at most `settings.drain_timeout`.
 ///
 /// Takes bound listeners so that callers (and tests) can bind port 0.
@@ -43,7 +44,9 @@ pub async fn run(
         promote_ahead: settings.promote_ahead,
         default_ack_deadline: settings.limits.default_ack_deadline,
     };
-    let broker = Broker::new(store.clone(), broker_settings, stop.clone());
+    let metrics = Metrics::new(settings.metrics_max_topics);
+    let broker =
+        Broker::new(store.clone(), broker_settings, stop.clone()).with_metrics(metrics.clone());
     health.spawn_loop("redis-monitor", health.clone().run_monitor(store.clone()));
     health.spawn_loop("promoter", broker.promoter().run(stop.clone()));
     health.spawn_loop(
@@ -95,8 +98,9 @@ pub async fn run(
                 .with_keepalive(Some(TCP_KEEPALIVE)),
             stop.clone().cancelled_owned(),
         );
-    let http_server = axum::serve(http, health.http_routes())
-        .with_graceful_shutdown(stop.clone().cancelled_owned());
+    let http_routes = health.http_routes().merge(metrics.routes(store));
+    let http_server =
+        axum::serve(http, http_routes).with_graceful_shutdown(stop.clone().cancelled_owned());
 
     tracing::info!(%grpc_addr, metrics_addr = %http_addr, "serving");
     let mut grpc_task = tokio::spawn(grpc_server);

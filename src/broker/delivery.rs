@@ -4,6 +4,7 @@
 use super::Broker;
 use super::ack_id;
 use crate::error::{Error, Result};
+use crate::metrics::SubscriptionMetrics;
 use crate::store::TopicKeys;
 use crate::store::leases::{ConsumerSpec, Lease, RetryPolicy};
 use crate::store::stream::{Entry, GroupStart};
@@ -72,9 +73,16 @@ impl DeliveryLoop {
         };
         let limit = self.options.max_outstanding.min(FETCH_LIMIT);
         let mut held = Held::default();
+        let metrics = broker
+            .metrics
+            .subscription(&self.options.topic, &self.options.subscription);
+        let mut clock = RedisClock::default();
         tracing::debug!("stream opened");
         loop {
-            if !self.send(held.release(Instant::now())).await {
+            if !self
+                .send(held.release(Instant::now()), &metrics, &clock)
+                .await
+            {
                 break;
             }
             topic.mark_seen();
@@ -91,8 +99,14 @@ impl DeliveryLoop {
                 }
             };
             let count = fetched.deliveries.len() as u32;
-            let ready = held.hold_early(fetched.deliveries, fetched.now_ms, Instant::now());
-            if !self.send(ready).await {
+            let received = Instant::now();
+            metrics.dead_lettered(fetched.dead_lettered);
+            clock = RedisClock {
+                ms: fetched.now_ms,
+                at: received,
+            };
+            let ready = held.hold_early(fetched.deliveries, fetched.now_ms, received);
+            if !self.send(ready, &metrics, &clock).await {
                 break;
             }
             if count >= limit {
@@ -132,15 +146,27 @@ impl DeliveryLoop {
     }
 
     /// Sends deliveries in responses of bounded size; false when the stream is over.
-    async fn send(&self, deliveries: Vec<(Entry, u32)>) -> bool {
+    async fn send(
+        &self,
+        deliveries: Vec<(Entry, u32)>,
+        metrics: &SubscriptionMetrics,
+        clock: &RedisClock,
+    ) -> bool {
         if deliveries.is_empty() {
             return true;
         }
+        let now_ms = clock.now_ms();
         let mut batch = Vec::new();
         let mut batch_bytes = 0;
         let mut deliveries = deliveries.into_iter().peekable();
         while let Some((entry, attempt)) = deliveries.next() {
             batch_bytes += entry.wire_size();
+            // Lateness of first deliveries only: a retry is late by design.
+            let lateness = entry
+                .due_ms
+                .filter(|_| attempt == 1)
+                .map(|due| Duration::from_millis(now_ms.saturating_sub(due)));
+            metrics.delivered(attempt, lateness);
             let lease = Lease {
                 entry_id: entry.id.clone(),
                 consumer: self.consumer.clone(),
@@ -166,6 +192,28 @@ impl DeliveryLoop {
             }
         }
         true
+    }
+}
+
+/// Redis' clock as of the last fetch, to tell the time by it in between.
+struct RedisClock {
+    ms: u64,
+    at: Instant,
+}
+
+impl Default for RedisClock {
+    fn default() -> Self {
+        Self {
+            ms: 0,
+            at: Instant::now(),
+        }
+    }
+}
+
+impl RedisClock {
+    /// Redis' time now, ms since the epoch (estimated from the last fetch).
+    fn now_ms(&self) -> u64 {
+        self.ms + self.at.elapsed().as_millis() as u64
     }
 }
 

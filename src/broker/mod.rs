@@ -13,8 +13,9 @@ pub use admin::{SeekTarget, SubscriptionView, TopicView};
 pub use delivery::{Delivery, SubscribeOptions};
 
 use crate::error::{Error, Result};
+use crate::metrics::Metrics;
 use crate::store::dead_letters::DeadLetterPage;
-use crate::store::leases::Lease;
+use crate::store::leases::{Ended, Lease};
 use crate::store::scheduled::Rescheduled;
 use crate::store::stream::{Due, NewMessage, Published};
 use crate::store::topics::{SubscriptionSettings, TopicSettings};
@@ -53,6 +54,7 @@ pub struct Broker {
     topic_settings: Arc<Mutex<HashMap<String, (Instant, TopicSettings)>>>,
     memory: MemoryGuard,
     shutdown: CancellationToken,
+    metrics: Metrics,
 }
 
 /// How long a replica uses topic settings it read before reading them again.
@@ -81,7 +83,19 @@ impl Broker {
             topic_settings: Arc::default(),
             memory: MemoryGuard::default(),
             shutdown,
+            metrics: Metrics::default(),
         }
+    }
+
+    /// Counts what this broker does in `metrics` (by default, in a registry
+    /// of its own that nothing serves).
+    pub fn with_metrics(mut self, metrics: Metrics) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
     }
 
     pub fn wakeups(&self) -> &Wakeups {
@@ -124,6 +138,7 @@ impl Broker {
             .store
             .publish(&TopicKeys::new(topic), &messages, dedupe_window)
             .await?;
+        self.metrics.published(topic, &published);
         if let Some(first_due) = published.iter().filter_map(|p| p.scheduled_in).min() {
             self.wakeups.scheduled(topic, first_due).await?;
         }
@@ -227,9 +242,11 @@ impl Broker {
     #[tracing::instrument(skip_all, fields(topic, subscription))]
     pub async fn ack(&self, topic: &str, subscription: &str, leases: &[Lease]) -> Result<()> {
         let ids: Vec<&str> = leases.iter().map(|l| l.entry_id.as_str()).collect();
-        self.store
+        let acked = self
+            .store
             .ack(&TopicKeys::new(topic), subscription, &ids)
             .await?;
+        self.metrics.acked(topic, subscription, acked);
         self.wakeups
             .room_freed(leases.iter().map(|l| l.consumer.as_str()))
             .await
@@ -247,10 +264,19 @@ impl Broker {
         leases: &[Lease],
         delay: Option<Duration>,
     ) -> Result<()> {
-        let held = self
+        let ended = self
             .store
             .end_leases(&TopicKeys::new(topic), subscription, leases, delay)
             .await?;
+        let count = |what: Ended| ended.iter().filter(|&&e| e == what).count() as u64;
+        let dead_lettered = count(Ended::DeadLettered);
+        self.metrics.nacked(
+            topic,
+            subscription,
+            count(Ended::Parked) + dead_lettered,
+            dead_lettered,
+        );
+        let held: Vec<bool> = ended.iter().map(|&e| e != Ended::Lost).collect();
         if held.iter().any(|&h| h) {
             // Streams recompute when to look next, here and on other replicas.
             self.wakeups.deliveries_returned(topic).await?;

@@ -9,6 +9,7 @@ use crate::pb::queue_service_server::QueueService;
 use crate::store::stream::Due;
 use futures::Stream;
 use std::pin::Pin;
+use std::time::Instant;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
@@ -32,10 +33,15 @@ impl QueueService for QueueApi {
         &self,
         request: Request<pb::PublishRequest>,
     ) -> Result<Response<pb::PublishResponse>, Status> {
+        let started = Instant::now();
         let pb::PublishRequest { topic, messages } = request.into_inner();
         convert::check_name("topic", &topic)?;
         let messages = convert::publish_messages(messages, &self.limits)?;
-        let published = self.broker.publish(&topic, messages).await?;
+        let published = self.broker.publish(&topic, messages).await;
+        self.broker
+            .metrics()
+            .publish_duration("Publish", started.elapsed());
+        let published = published?;
         Ok(Response::new(convert::publish_response(published)))
     }
 
@@ -49,9 +55,14 @@ impl QueueService for QueueApi {
             deliver_at,
             delay,
         } = request.into_inner();
+        let started = Instant::now();
         convert::check_name("topic", &topic)?;
         let message = convert::scheduled_message(message, deliver_at, delay, &self.limits)?;
-        let published = self.broker.publish(&topic, vec![message]).await?;
+        let published = self.broker.publish(&topic, vec![message]).await;
+        self.broker
+            .metrics()
+            .publish_duration("ScheduleDelayed", started.elapsed());
+        let published = published?;
         let published = published
             .into_iter()
             .next()

@@ -34,6 +34,19 @@ pub struct Fetched {
     pub has_room: bool,
     /// Redis' clock when the deliveries were fetched, ms since the epoch.
     pub now_ms: u64,
+    /// Entries of the subscription this fetch dead-lettered (last lease ran out).
+    pub dead_lettered: u64,
+}
+
+/// What ending one lease did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// The consumer no longer held it.
+    Lost,
+    /// Parked until its redelivery.
+    Parked,
+    /// That was its last attempt.
+    DeadLettered,
 }
 
 /// Which consumer of which subscription asks, and how much it may hold.
@@ -114,15 +127,18 @@ impl Store {
         }
         let room = as_int(reply.next().unwrap_or(Value::Nil))?;
         let now_ms = as_int(reply.next().unwrap_or(Value::Nil))?;
+        let dead_lettered = as_int(reply.next().unwrap_or(Value::Int(0)))?;
         Ok(Fetched {
             deliveries,
             next_expiry: u64::try_from(wait).ok().map(Duration::from_millis),
             has_room: room > 0,
             now_ms: u64::try_from(now_ms).unwrap_or(0),
+            dead_lettered: u64::try_from(dead_lettered).unwrap_or(0),
         })
     }
 
-    /// Acknowledges entries: they leave the subscription's pending list for good.
+    /// Acknowledges entries: they leave the subscription's pending list for
+    /// good. Returns how many were pending.
     pub async fn ack(&self, keys: &TopicKeys, group: &str, entry_ids: &[&str]) -> Result<u64> {
         let mut conn = self.connection().await?;
         let acked: u64 = ACK
@@ -151,30 +167,39 @@ impl Store {
             .key(keys.timers(group))
             .arg(group)
             .arg(lease.as_millis() as u64);
-        self.with_leases(invocation, leases).await
+        let held = self.with_leases(invocation, leases).await?;
+        Ok(held.into_iter().map(|held| held == 1).collect())
     }
 
     /// Ends the leases still held by their consumer: each message is parked
     /// for `delay` (None: the subscription's retry backoff), or dead-lettered
-    /// after its last attempt. Returns, per lease, whether it was held.
+    /// after its last attempt. Returns what happened to each lease.
     pub async fn end_leases(
         &self,
         keys: &TopicKeys,
         group: &str,
         leases: &[Lease],
         delay: Option<Duration>,
-    ) -> Result<Vec<bool>> {
+    ) -> Result<Vec<Ended>> {
         let delay_ms = delay.map_or(-1, |d| d.as_millis() as i64);
         let mut invocation = END_LEASES.key(&keys.lease_keys(group)[..]);
         invocation.arg(group).arg(delay_ms);
-        self.with_leases(invocation, leases).await
+        let ended = self.with_leases(invocation, leases).await?;
+        Ok(ended
+            .into_iter()
+            .map(|ended| match ended {
+                1 => Ended::Parked,
+                2 => Ended::DeadLettered,
+                _ => Ended::Lost,
+            })
+            .collect())
     }
 
     async fn with_leases(
         &self,
         mut invocation: redis::ScriptInvocation<'_>,
         leases: &[Lease],
-    ) -> Result<Vec<bool>> {
+    ) -> Result<Vec<i64>> {
         for held in leases {
             invocation
                 .arg(&held.entry_id)
@@ -182,11 +207,10 @@ impl Store {
                 .arg(held.attempt);
         }
         let mut conn = self.connection().await?;
-        let reply: Vec<i64> = invocation
+        invocation
             .invoke_async(&mut *conn)
             .await
-            .map_err(group_missing_is_not_found)?;
-        Ok(reply.into_iter().map(|held| held == 1).collect())
+            .map_err(group_missing_is_not_found)
     }
 
     /// Removes a consumer that holds nothing; one with pending entries stays

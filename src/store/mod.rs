@@ -2,6 +2,7 @@
 //! one place. Nothing above this module builds a key or sends a command.
 
 pub mod dead_letters;
+pub mod gauges;
 pub mod keys;
 pub mod leases;
 pub mod scheduled;

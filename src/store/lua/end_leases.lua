@@ -4,7 +4,7 @@
 --
 -- KEYS[1] stream, KEYS[2] timers ZSET, KEYS[3] subscription settings HASH, KEYS[4] dead letters STREAM
 -- ARGV[1] group, ARGV[2] delay in ms or -1, then triples: id, consumer, delivery count
--- Returns one integer per triple: 1 ended, 0 lease lost.
+-- Returns one integer per triple: 1 parked, 2 dead-lettered, 0 lease lost.
 
 local stream, timers, settings, dlq = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local group = ARGV[1]
@@ -15,8 +15,8 @@ local held = {}
 for i = 3, #ARGV, 3 do
   local id, consumer, count = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
   if holds(stream, group, id, consumer, count) then
-    end_lease(stream, timers, dlq, group, settings, id, count, now, delay, 'nacked')
-    held[#held + 1] = 1
+    local wait = end_lease(stream, timers, dlq, group, settings, id, count, now, delay, 'nacked')
+    held[#held + 1] = wait < 0 and 2 or 1
   else
     held[#held + 1] = 0
   end

@@ -13,9 +13,10 @@
 -- KEYS[1] stream, KEYS[2] timers ZSET, KEYS[3] subscription settings HASH, KEYS[4] dead letters STREAM
 -- ARGV[1] group, ARGV[2] consumer, ARGV[3] max outstanding for this consumer,
 -- ARGV[4] most deliveries (and ended leases) to handle, ARGV[5] lease length in ms
--- Returns { wait_ms, { {id, delivery_count, {field, value, ...}}, ... }, room, now }
+-- Returns { wait_ms, { {id, delivery_count, {field, value, ...}}, ... }, room, now, dead }
 --   wait_ms: ms until the next timer this consumer could act on, -1 if none;
---   room: deliveries this consumer may still take; now: Redis' clock in ms.
+--   room: deliveries this consumer may still take; now: Redis' clock in ms;
+--   dead: entries this call dead-lettered.
 
 local stream, timers, settings, dlq = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local group, consumer = ARGV[1], ARGV[2]
@@ -27,6 +28,7 @@ local now = now_ms()
 local deadline = now + lease_ms
 local out = {}
 local ended = 0 -- leases ended by this call, bounded by `limit`
+local dead = 0  -- of which dead-lettered
 local room = 0  -- deliveries this consumer may still take
 
 -- Redriven dead letters are for one subscription only (field `o`).
@@ -47,7 +49,9 @@ end
 
 local function end_expired(id, count)
   ended = ended + 1
-  return end_lease(stream, timers, dlq, group, settings, id, count, now, -1, 'deadline_exceeded')
+  local wait = end_lease(stream, timers, dlq, group, settings, id, count, now, -1, 'deadline_exceeded')
+  if wait < 0 then dead = dead + 1 end
+  return wait
 end
 
 -- This consumer's own leases: the ended ones are settled, and the earliest
@@ -95,7 +99,10 @@ if room <= 0 then
   -- Full: only this consumer's own ended leases can make room.
   settle_own_leases()
   room = max_outstanding - owned()
-  if room <= 0 then return { settle_own_leases(), out, 0, now } end
+  if room <= 0 then
+    local wait = settle_own_leases() -- before `dead` is read: it may add to it
+    return { wait, out, 0, now, dead }
+  end
 end
 
 local due = redis.call('ZRANGEBYSCORE', timers, '-inf', now, 'LIMIT', 0, limit)
@@ -151,8 +158,11 @@ if room > 0 and #out < limit then
   end
 end
 
-if room <= 0 then return { settle_own_leases(), out, 0, now } end
+if room <= 0 then
+  local wait = settle_own_leases()
+  return { wait, out, 0, now, dead }
+end
 local wait = -1
 local head = redis.call('ZRANGE', timers, 0, 0, 'WITHSCORES')
 if head[1] then wait = math.max(0, tonumber(head[2]) - now) end
-return { wait, out, room, now }
+return { wait, out, room, now, dead }
