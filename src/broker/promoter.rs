@@ -129,7 +129,7 @@ impl Promoter {
     }
 
     /// One promotion pass on `topic`; returns when to look at it again.
-    #[tracing::instrument(skip_all, fields(topic))]
+    #[tracing::instrument(skip_all, fields(topic = %topic))]
     async fn promote(&self, topic: &str) -> Option<Instant> {
         let keys = TopicKeys::new(topic);
         match self
