@@ -10,9 +10,11 @@
 //! - [`shutdown`]: the signals that start a graceful shutdown.
 //! - [`dev`]: `redq dev`, a private redis-server plus the server.
 //! - [`bench`]: `redq bench`, load generators against a running server.
+//! - [`cli`]: the client subcommands (connecting, one-line errors).
 
 pub mod bench;
 pub mod broker;
+pub mod cli;
 pub mod config;
 pub mod dev;
 pub mod error;
