@@ -10,7 +10,7 @@
 //! - [`shutdown`]: the signals that start a graceful shutdown.
 //! - [`dev`]: `redq dev`, a private redis-server plus the server.
 //! - [`bench`]: `redq bench`, load generators against a running server.
-//! - [`cli`]: the client subcommands (connecting, one-line errors).
+//! - [`cli`]: `redq publish`, `subscribe`, `stats`, `dlq`…: the API from a shell.
 
 pub mod bench;
 pub mod broker;

@@ -20,6 +20,13 @@ async fn main() -> ExitCode {
         Command::Serve(args) => redq::serve(args).await,
         Command::Dev(args) => redq::dev::run(args).await,
         Command::Bench(args) => redq::bench::run(args).await,
+        Command::Publish(args) => redq::cli::publish(args).await,
+        Command::Subscribe(args) => redq::cli::subscribe(args).await,
+        Command::Schedule(args) => redq::cli::schedule(args).await,
+        Command::Cancel(args) => redq::cli::cancel(args).await,
+        Command::Topics(args) => redq::cli::topics(args).await,
+        Command::Stats(args) => redq::cli::stats(args).await,
+        Command::Dlq(args) => redq::cli::dlq(args).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,15 +1,79 @@
-//! The client subcommands for humans: each talks gRPC to a running server.
-//! Errors come back as one line: the gRPC status code's name and its message.
+//! The client subcommands for humans (`publish`, `subscribe`, `schedule`,
+//! `cancel`, `topics`, `stats`, `dlq`): each talks gRPC to a running server and
+//! prints to stdout. Errors come back as one line: the gRPC status code's name
+//! and its message.
 
+mod admin;
+mod format;
+mod messages;
+
+use crate::config::{
+    CancelArgs, DlqArgs, DlqCommand, PublishArgs, ScheduleArgs, StatsArgs, SubscribeArgs,
+    TopicsArgs,
+};
 use crate::pb::admin_service_client::AdminServiceClient;
 use crate::pb::queue_service_client::QueueServiceClient;
 use crate::server::BoxError;
+use std::io::Write;
 use std::time::Duration;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
 /// Largest gRPC message a client sends or accepts (the server's limits apply too).
 const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
+
+/// `redq publish`.
+pub async fn publish(args: PublishArgs) -> Result<(), BoxError> {
+    unless_stdout_closed(messages::publish(args).await)
+}
+
+/// `redq subscribe`.
+pub async fn subscribe(args: SubscribeArgs) -> Result<(), BoxError> {
+    unless_stdout_closed(messages::subscribe(args).await)
+}
+
+/// `redq schedule`.
+pub async fn schedule(args: ScheduleArgs) -> Result<(), BoxError> {
+    unless_stdout_closed(messages::schedule(args).await)
+}
+
+/// `redq cancel`.
+pub async fn cancel(args: CancelArgs) -> Result<(), BoxError> {
+    unless_stdout_closed(messages::cancel(args).await)
+}
+
+/// `redq topics`.
+pub async fn topics(args: TopicsArgs) -> Result<(), BoxError> {
+    unless_stdout_closed(admin::topics(args).await)
+}
+
+/// `redq stats`.
+pub async fn stats(args: StatsArgs) -> Result<(), BoxError> {
+    unless_stdout_closed(admin::stats(args).await)
+}
+
+/// `redq dlq list|redrive|purge`.
+pub async fn dlq(args: DlqArgs) -> Result<(), BoxError> {
+    let result = match args.command {
+        DlqCommand::List { target, json } => admin::dlq_list(target, json).await,
+        DlqCommand::Redrive {
+            target,
+            ids,
+            max_per_second,
+        } => admin::dlq_redrive(target, ids, max_per_second).await,
+        DlqCommand::Purge { target, ids, all } => admin::dlq_purge(target, ids, all).await,
+    };
+    unless_stdout_closed(result)
+}
+
+/// `redq subscribe | head` closes stdout early: that ends the command, it is no
+/// failure (unacked messages are redelivered after their deadline).
+fn unless_stdout_closed(result: Result<(), BoxError>) -> Result<(), BoxError> {
+    result.or_else(|err| match err.downcast_ref::<std::io::Error>() {
+        Some(io) if io.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        _ => Err(err),
+    })
+}
 
 /// A channel to `server`, connected (so a wrong address fails here, in one line).
 pub async fn connect(server: &str) -> Result<Channel, BoxError> {
@@ -90,6 +154,14 @@ fn chain(err: &dyn std::error::Error) -> String {
 /// Collapses line breaks so every error stays on one line.
 fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Writes `text` to stdout at once and flushes it (a pipe reader sees each
+/// message as it arrives).
+fn print(text: &str) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())?;
+    out.flush()
 }
 
 #[cfg(test)]
