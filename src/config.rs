@@ -68,6 +68,7 @@ pub struct MessageArgs {
 
 #[derive(Debug, Args)]
 pub struct PublishArgs {
+    /// Topic to publish to (created on first use).
     pub topic: String,
     /// The message; without it (and without --file) stdin is read.
     #[arg(conflicts_with_all = ["lines", "file"])]
@@ -99,7 +100,9 @@ pub struct PublishArgs {
 
 #[derive(Debug, Args)]
 pub struct SubscribeArgs {
+    /// Topic to read from.
     pub topic: String,
+    /// Subscription to read through (created on first use).
     pub subscription: String,
     /// Ack each message once printed (otherwise it is redelivered after its
     /// ack deadline).
@@ -135,7 +138,9 @@ pub enum StartArg {
 #[derive(Debug, Args)]
 #[command(group = clap::ArgGroup::new("due").required(true).args(["delay", "at"]))]
 pub struct ScheduleArgs {
+    /// Topic to publish to (created on first use).
     pub topic: String,
+    /// The message.
     pub payload: String,
     /// Deliver after this delay (e.g. 90s, 1h 30m).
     #[arg(long, value_parser = humantime::parse_duration)]
@@ -154,6 +159,7 @@ pub struct ScheduleArgs {
 
 #[derive(Debug, Args)]
 pub struct CancelArgs {
+    /// Topic the message was scheduled on.
     pub topic: String,
     /// The id `schedule` printed.
     pub message_id: String,
@@ -169,6 +175,7 @@ pub struct TopicsArgs {
 
 #[derive(Debug, Args)]
 pub struct StatsArgs {
+    /// Topic to show.
     pub topic: String,
     #[command(flatten)]
     pub server: ServerArg,
@@ -216,7 +223,9 @@ pub enum DlqCommand {
 /// The subscription whose dead letters a `dlq` subcommand handles.
 #[derive(Debug, Args)]
 pub struct DlqTarget {
+    /// Topic of the subscription.
     pub topic: String,
+    /// Subscription whose dead letters to handle.
     pub subscription: String,
     #[command(flatten)]
     pub server: ServerArg,
