@@ -15,13 +15,7 @@ const MAX_PAGES: usize = 1_000_000;
 pub async fn topics(args: TopicsArgs) -> Result<(), BoxError> {
     let TopicsArgs { server } = args;
     let mut admin = admin_client(connect(&server.server).await?);
-    let mut table = Table::new(&[
-        "TOPIC",
-        "SUBSCRIPTIONS",
-        "RETENTION",
-        "DEDUPE WINDOW",
-        "MAX PAYLOAD",
-    ]);
+    let mut topics = Vec::new();
     let mut page_token = String::new();
     for _ in 0..MAX_PAGES {
         let page = admin
@@ -32,29 +26,42 @@ pub async fn topics(args: TopicsArgs) -> Result<(), BoxError> {
             .await
             .map_err(status_error)?
             .into_inner();
-        for topic in &page.topics {
-            let settings = topic.settings.unwrap_or_default();
-            table.row(vec![
-                topic.name.clone(),
-                topic.subscriptions.len().to_string(),
-                retention(&settings),
-                settings
-                    .dedupe_window
-                    .as_ref()
-                    .map_or_else(|| "default".into(), |d| format::duration(Some(d))),
-                match settings.max_payload_bytes {
-                    Some(bytes) if bytes > 0 => format!("{bytes} B"),
-                    _ => "default".into(),
-                },
-            ]);
-        }
+        topics.extend(page.topics);
         if page.next_page_token.is_empty() {
             break;
         }
         page_token = page.next_page_token;
     }
-    print(&table.render())?;
+    print(&topics_table(&topics))?;
     Ok(())
+}
+
+/// One row per topic: name, subscription count and settings.
+fn topics_table(topics: &[pb::Topic]) -> String {
+    let mut table = Table::new(&[
+        "TOPIC",
+        "SUBSCRIPTIONS",
+        "RETENTION",
+        "DEDUPE WINDOW",
+        "MAX PAYLOAD",
+    ]);
+    for topic in topics {
+        let settings = topic.settings.unwrap_or_default();
+        table.row(vec![
+            topic.name.clone(),
+            topic.subscriptions.len().to_string(),
+            retention(&settings),
+            settings
+                .dedupe_window
+                .as_ref()
+                .map_or_else(|| "default".into(), |d| format::duration(Some(d))),
+            match settings.max_payload_bytes {
+                Some(bytes) if bytes > 0 => format!("{bytes} B"),
+                _ => "default".into(),
+            },
+        ]);
+    }
+    table.render()
 }
 
 /// A topic's retention settings in a few words (`-`: kept until acked by all).
@@ -86,6 +93,27 @@ pub async fn stats(args: StatsArgs) -> Result<(), BoxError> {
         .await
         .map_err(status_error)?
         .into_inner();
+    let mut subscriptions = Vec::new();
+    for name in &topic.subscriptions {
+        let subscription = admin
+            .get_subscription(pb::GetSubscriptionRequest {
+                topic: topic.name.clone(),
+                name: name.clone(),
+            })
+            .await;
+        match subscription {
+            Ok(response) => subscriptions.push(response.into_inner()),
+            // Deleted since GetTopic listed it.
+            Err(status) if status.code() == Code::NotFound => {}
+            Err(status) => return Err(status_error(status)),
+        }
+    }
+    print(&stats_text(&topic, &subscriptions))?;
+    Ok(())
+}
+
+/// The topic's figures, then a row per subscription, then one per consumer.
+fn stats_text(topic: &pb::Topic, subscriptions: &[pb::Subscription]) -> String {
     let stats = topic.stats.unwrap_or_default();
     let next_due = match &stats.next_due {
         Some(ts) => format!("{} ({})", format::rfc3339(ts), format::relative(ts)),
@@ -102,7 +130,7 @@ pub async fn stats(args: StatsArgs) -> Result<(), BoxError> {
     overview.row(vec!["dropped".into(), stats.dropped_count.to_string()]);
     let mut text = overview.render();
 
-    let mut subscriptions = Table::new(&[
+    let mut rows = Table::new(&[
         "SUBSCRIPTION",
         "PENDING",
         "LAG",
@@ -112,21 +140,10 @@ pub async fn stats(args: StatsArgs) -> Result<(), BoxError> {
         "CONSUMERS",
     ]);
     let mut consumers = Table::new(&["SUBSCRIPTION", "CONSUMER", "PENDING", "IDLE"]);
-    for name in &topic.subscriptions {
-        let subscription = admin
-            .get_subscription(pb::GetSubscriptionRequest {
-                topic: topic.name.clone(),
-                name: name.clone(),
-            })
-            .await;
-        let subscription = match subscription {
-            Ok(response) => response.into_inner(),
-            // Deleted since GetTopic listed it.
-            Err(status) if status.code() == Code::NotFound => continue,
-            Err(status) => return Err(status_error(status)),
-        };
-        let stats = subscription.stats.unwrap_or_default();
-        subscriptions.row(vec![
+    for subscription in subscriptions {
+        let name = &subscription.name;
+        let stats = subscription.stats.clone().unwrap_or_default();
+        rows.row(vec![
             name.clone(),
             stats.pending.to_string(),
             stats.lag.to_string(),
@@ -145,17 +162,16 @@ pub async fn stats(args: StatsArgs) -> Result<(), BoxError> {
         }
     }
     text.push('\n');
-    if subscriptions.is_empty() {
+    if rows.is_empty() {
         text.push_str("no subscriptions\n");
     } else {
-        text.push_str(&subscriptions.render());
+        text.push_str(&rows.render());
     }
     if !consumers.is_empty() {
         text.push('\n');
         text.push_str(&consumers.render());
     }
-    print(&text)?;
-    Ok(())
+    text
 }
 
 /// `redq dlq list`: every dead letter (all pages), oldest first, as a table
@@ -314,4 +330,92 @@ pub async fn dlq_purge(target: DlqTarget, ids: Vec<String>, all: bool) -> Result
         .purged;
     print(&format!("purged: {purged}\n"))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secs(seconds: i64) -> prost_types::Duration {
+        prost_types::Duration { seconds, nanos: 0 }
+    }
+
+    #[test]
+    fn topics_show_subscription_counts_and_settings() {
+        let topics = [
+            pb::Topic {
+                name: "orders".into(),
+                settings: Some(pb::TopicSettings {
+                    retention_max_age: Some(secs(7 * 24 * 3600)),
+                    retention_max_length: Some(1000),
+                    dedupe_window: Some(secs(600)),
+                    max_payload_bytes: Some(4096),
+                    ..Default::default()
+                }),
+                stats: None,
+                subscriptions: vec!["billing".into(), "audit".into()],
+            },
+            pb::Topic {
+                name: "a".into(),
+                ..Default::default()
+            },
+        ];
+        assert_eq!(
+            topics_table(&topics),
+            "TOPIC   SUBSCRIPTIONS  RETENTION               DEDUPE WINDOW  MAX PAYLOAD\n\
+             orders  2              age 7days, length 1000  10m            4096 B\n\
+             a       0              -                       default        default\n"
+        );
+    }
+
+    #[test]
+    fn stats_show_the_topic_then_subscriptions_then_consumers() {
+        let topic = pb::Topic {
+            name: "orders".into(),
+            stats: Some(pb::TopicStats {
+                stream_length: 12,
+                scheduled_count: 3,
+                ..Default::default()
+            }),
+            subscriptions: vec!["billing".into()],
+            ..Default::default()
+        };
+        let billing = pb::Subscription {
+            topic: "orders".into(),
+            name: "billing".into(),
+            settings: None,
+            stats: Some(pb::SubscriptionStats {
+                pending: 2,
+                lag: 10,
+                oldest_unacked_age: Some(prost_types::Duration {
+                    seconds: 4,
+                    nanos: 120_000_000,
+                }),
+                consumers: vec![pb::ConsumerStats {
+                    name: "c-1".into(),
+                    pending: 2,
+                    idle: Some(secs(1)),
+                }],
+                dead_letters: 1,
+                acked_count: 5,
+            }),
+        };
+        let text = stats_text(&topic, &[billing]);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "TOPIC          orders");
+        assert_eq!(lines[1], "stream length  12");
+        assert_eq!(lines[3], "next due       -");
+        assert_eq!(
+            lines[7..],
+            [
+                "SUBSCRIPTION  PENDING  LAG  OLDEST UNACKED  DEAD LETTERS  ACKED  CONSUMERS",
+                "billing       2        10   4s 120ms        1             5      1",
+                "",
+                "SUBSCRIPTION  CONSUMER  PENDING  IDLE",
+                "billing       c-1       2        1s",
+            ]
+        );
+        let lonely = stats_text(&pb::Topic::default(), &[]);
+        assert!(lonely.ends_with("\nno subscriptions\n"), "{lonely}");
+    }
 }

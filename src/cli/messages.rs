@@ -566,3 +566,57 @@ pub async fn cancel(args: CancelArgs) -> Result<(), BoxError> {
     })?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(line: &str, template: &pb::PublishMessage) -> Result<pb::PublishMessage, String> {
+        serde_json::from_str::<JsonMessage>(line)
+            .map_err(|e| e.to_string())
+            .and_then(|m| m.into_message(template))
+    }
+
+    #[test]
+    fn jsonl_lines_override_the_flags() {
+        let template = pb::PublishMessage {
+            attributes: HashMap::from([
+                ("src".to_string(), "flag".to_string()),
+                ("k".to_string(), "flag".to_string()),
+            ]),
+            ordering_key: "flag-key".into(),
+            delay: Some(prost_types::Duration {
+                seconds: 10,
+                nanos: 0,
+            }),
+            ..Default::default()
+        };
+        let m = parse(
+            r#"{"payload": "a", "attributes": {"k": "line"}, "deliver_at": "2030-01-01T00:00:00Z"}"#,
+            &template,
+        )
+        .unwrap();
+        assert_eq!(&m.payload[..], b"a");
+        assert_eq!(m.attributes["k"], "line");
+        assert_eq!(m.attributes["src"], "flag");
+        assert_eq!(m.ordering_key, "flag-key");
+        assert_eq!(m.delay, None);
+        assert_eq!(m.deliver_at.map(|t| t.seconds), Some(1_893_456_000));
+
+        let m = parse(r#"{"payload_base64": "/wA=", "delay": "1m"}"#, &template).unwrap();
+        assert_eq!(&m.payload[..], [0xff, 0x00]);
+        assert_eq!(m.delay.map(|d| d.seconds), Some(60));
+    }
+
+    #[test]
+    fn bad_jsonl_lines_say_why() {
+        let template = pb::PublishMessage::default();
+        let err = |line: &str| parse(line, &template).unwrap_err();
+        assert!(err(r#"{"payload": "a", "payload_base64": "YQ=="}"#).contains("exactly one"));
+        assert!(err(r#"{"attributes": {}}"#).contains("exactly one"));
+        assert!(err(r#"{"payload": "a", "delay": "1s", "deliver_at": "x"}"#).contains("exclusive"));
+        assert!(err(r#"{"payload": "a", "deliver_at": "tomorrow"}"#).contains("deliver_at"));
+        assert!(err(r#"{"payload_base64": "%%"}"#).contains("payload_base64"));
+        assert!(err(r#"{"payloda": "a"}"#).contains("unknown field"));
+    }
+}
