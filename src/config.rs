@@ -31,6 +31,204 @@ pub enum Command {
     Dev(DevArgs),
     /// Measure a running server (see BENCHMARKS in the README).
     Bench(BenchArgs),
+    /// Publish messages: PAYLOAD, stdin, or a JSON-lines file.
+    Publish(PublishArgs),
+    /// Print the messages of a subscription as they arrive.
+    Subscribe(SubscribeArgs),
+    /// Publish one message to be delivered later.
+    Schedule(ScheduleArgs),
+    /// Cancel a scheduled message that is not yet due.
+    Cancel(CancelArgs),
+    /// List the topics.
+    Topics(TopicsArgs),
+    /// Show a topic's and its subscriptions' figures.
+    Stats(StatsArgs),
+    /// List, redrive or purge a subscription's dead letters.
+    Dlq(DlqArgs),
+}
+
+/// The server a client subcommand talks to.
+#[derive(Debug, Clone, Args)]
+pub struct ServerArg {
+    /// gRPC address of a redq server.
+    #[arg(long, env = "REDQ_SERVER", default_value = "http://127.0.0.1:50051")]
+    pub server: String,
+}
+
+/// Fields of the messages that `publish` and `schedule` send.
+#[derive(Debug, Clone, Args)]
+pub struct MessageArgs {
+    /// Attribute KEY=VALUE (repeatable).
+    #[arg(long = "attr", value_name = "KEY=VALUE", value_parser = parse_attribute)]
+    pub attributes: Vec<(String, String)>,
+    /// Ordering key carried with the message.
+    #[arg(long, value_name = "KEY")]
+    pub ordering_key: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct PublishArgs {
+    /// Topic to publish to (created on first use).
+    pub topic: String,
+    /// The message; without it (and without --file) stdin is read.
+    #[arg(conflicts_with_all = ["lines", "file"])]
+    pub payload: Option<String>,
+    /// Publish one message per line of stdin (empty lines are skipped).
+    #[arg(long, conflicts_with = "file")]
+    pub lines: bool,
+    /// Publish the messages of a JSON-lines file: one object per line with
+    /// "payload" (or "payload_base64"), and optionally "attributes",
+    /// "ordering_key", "dedupe_id", "delay" or "deliver_at".
+    #[arg(long, value_name = "F.jsonl")]
+    pub file: Option<PathBuf>,
+    /// Messages per Publish call (--lines, --file).
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub batch: u32,
+    /// Deliver after this delay (e.g. 10s, 5m); a --file line's own "delay"
+    /// or "deliver_at" wins.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub delay: Option<Duration>,
+    /// Idempotency key: publishing it again within the dedupe window returns
+    /// the first message's id (one message only: not with --lines or --file).
+    #[arg(long, value_name = "ID", conflicts_with_all = ["lines", "file"])]
+    pub dedupe_id: Option<String>,
+    #[command(flatten)]
+    pub message: MessageArgs,
+    #[command(flatten)]
+    pub server: ServerArg,
+}
+
+#[derive(Debug, Args)]
+pub struct SubscribeArgs {
+    /// Topic to read from.
+    pub topic: String,
+    /// Subscription to read through (created on first use).
+    pub subscription: String,
+    /// Ack each message once printed (otherwise it is redelivered after its
+    /// ack deadline).
+    #[arg(long)]
+    pub ack: bool,
+    /// Stop after this many messages.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max: Option<u64>,
+    /// Print JSON lines instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Prefix of this consumer's name.
+    #[arg(long, default_value = "")]
+    pub consumer: String,
+    /// Ack deadline of the messages this stream receives (server default when unset).
+    #[arg(long, value_parser = parse_positive_duration)]
+    pub ack_deadline: Option<Duration>,
+    /// Where the subscription starts if this call creates it.
+    #[arg(long, value_enum, default_value_t = StartArg::Earliest)]
+    pub start: StartArg,
+    #[command(flatten)]
+    pub server: ServerArg,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StartArg {
+    /// Every message still in the topic.
+    Earliest,
+    /// Only messages published from now on.
+    Latest,
+}
+
+#[derive(Debug, Args)]
+#[command(group = clap::ArgGroup::new("due").required(true).args(["delay", "at"]))]
+pub struct ScheduleArgs {
+    /// Topic to publish to (created on first use).
+    pub topic: String,
+    /// The message.
+    pub payload: String,
+    /// Deliver after this delay (e.g. 90s, 1h 30m).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub delay: Option<Duration>,
+    /// Deliver at this time, RFC 3339 (e.g. 2027-01-01T09:00:00Z).
+    #[arg(long, value_name = "RFC3339", value_parser = parse_timestamp)]
+    pub at: Option<prost_types::Timestamp>,
+    /// Idempotency key (see publish --dedupe-id).
+    #[arg(long, value_name = "ID")]
+    pub dedupe_id: Option<String>,
+    #[command(flatten)]
+    pub message: MessageArgs,
+    #[command(flatten)]
+    pub server: ServerArg,
+}
+
+#[derive(Debug, Args)]
+pub struct CancelArgs {
+    /// Topic the message was scheduled on.
+    pub topic: String,
+    /// The id `schedule` printed.
+    pub message_id: String,
+    #[command(flatten)]
+    pub server: ServerArg,
+}
+
+#[derive(Debug, Args)]
+pub struct TopicsArgs {
+    #[command(flatten)]
+    pub server: ServerArg,
+}
+
+#[derive(Debug, Args)]
+pub struct StatsArgs {
+    /// Topic to show.
+    pub topic: String,
+    #[command(flatten)]
+    pub server: ServerArg,
+}
+
+#[derive(Debug, Args)]
+pub struct DlqArgs {
+    #[command(subcommand)]
+    pub command: DlqCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DlqCommand {
+    /// List the dead letters, oldest first.
+    List {
+        #[command(flatten)]
+        target: DlqTarget,
+        /// Print JSON lines instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Give dead letters (all, or those named) back to the subscription.
+    Redrive {
+        #[command(flatten)]
+        target: DlqTarget,
+        /// Dead letter ids (as `dlq list` shows); none: all of them.
+        ids: Vec<String>,
+        /// At most this many messages per second (0: the server default).
+        #[arg(long, default_value_t = 0)]
+        max_per_second: u32,
+    },
+    /// Delete dead letters: those named, or all with --all.
+    Purge {
+        #[command(flatten)]
+        target: DlqTarget,
+        /// Dead letter ids (as `dlq list` shows).
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        ids: Vec<String>,
+        /// Delete every dead letter of the subscription.
+        #[arg(long)]
+        all: bool,
+    },
+}
+
+/// The subscription whose dead letters a `dlq` subcommand handles.
+#[derive(Debug, Args)]
+pub struct DlqTarget {
+    /// Topic of the subscription.
+    pub topic: String,
+    /// Subscription whose dead letters to handle.
+    pub subscription: String,
+    #[command(flatten)]
+    pub server: ServerArg,
 }
 
 #[derive(Debug, Args)]
@@ -239,6 +437,18 @@ fn parse_count(s: &str) -> Result<usize, String> {
         Ok(n) if (1..=10_000_000).contains(&n) => Ok(n),
         _ => Err("must be a number from 1 to 10000000".into()),
     }
+}
+
+fn parse_attribute(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_string(), value.to_string())),
+        _ => Err("expected KEY=VALUE".into()),
+    }
+}
+
+fn parse_timestamp(s: &str) -> Result<prost_types::Timestamp, String> {
+    s.parse()
+        .map_err(|_| "expected an RFC 3339 time such as 2027-01-01T09:00:00Z".into())
 }
 
 fn parse_positive_duration(s: &str) -> Result<Duration, String> {

@@ -11,9 +11,11 @@
 //! - [`shutdown`]: the signals that start a graceful shutdown.
 //! - [`dev`]: `redq dev`, a private redis-server plus the server.
 //! - [`bench`]: `redq bench`, load generators against a running server.
+//! - [`cli`]: `redq publish`, `subscribe`, `stats`, `dlq`…: the API from a shell.
 
 pub mod bench;
 pub mod broker;
+pub mod cli;
 pub mod config;
 pub mod dev;
 pub mod error;

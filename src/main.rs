@@ -13,13 +13,20 @@ async fn main() -> ExitCode {
             let _ = err.print(); // --help, --version
             return ExitCode::SUCCESS;
         }
-        Err(err) => return fail(first_line(&err.to_string())),
+        Err(err) => return fail(&first_line(&err.to_string())),
     };
     init_tracing(cli.log_format);
     let result = match cli.command {
         Command::Serve(args) => redq::serve(args).await,
         Command::Dev(args) => redq::dev::run(args).await,
         Command::Bench(args) => redq::bench::run(args).await,
+        Command::Publish(args) => redq::cli::publish(args).await,
+        Command::Subscribe(args) => redq::cli::subscribe(args).await,
+        Command::Schedule(args) => redq::cli::schedule(args).await,
+        Command::Cancel(args) => redq::cli::cancel(args).await,
+        Command::Topics(args) => redq::cli::topics(args).await,
+        Command::Stats(args) => redq::cli::stats(args).await,
+        Command::Dlq(args) => redq::cli::dlq(args).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -32,10 +39,23 @@ fn fail(reason: &str) -> ExitCode {
     ExitCode::from(2)
 }
 
-/// clap explains errors over several lines; a bad config gets one.
-fn first_line(text: &str) -> &str {
-    let line = text.lines().next().unwrap_or(text);
-    line.strip_prefix("error: ").unwrap_or(line)
+/// clap explains errors over several lines; a bad config gets one. A line
+/// ending in ':' ("required arguments were not provided:") keeps the indented
+/// lines that complete it.
+fn first_line(text: &str) -> String {
+    let mut lines = text.lines();
+    let first = lines.next().unwrap_or(text);
+    let mut line = first.strip_prefix("error: ").unwrap_or(first).to_string();
+    if line.ends_with(':') {
+        let details: Vec<&str> = lines
+            .take_while(|l| l.starts_with(' '))
+            .map(str::trim)
+            .collect();
+        if !details.is_empty() {
+            line = format!("{line} {}", details.join(", "));
+        }
+    }
+    line
 }
 
 fn init_tracing(format: LogFormat) {

@@ -3,21 +3,13 @@
 
 mod delayed;
 
+use crate::cli;
 use crate::config::{BenchArgs, BenchScenario};
-use crate::pb::queue_service_client::QueueServiceClient;
 use crate::server::BoxError;
 use std::time::Duration;
-use tonic::transport::Channel;
 
 pub async fn run(args: BenchArgs) -> Result<(), BoxError> {
-    let channel = Channel::from_shared(args.server.clone())
-        .map_err(|e| format!("--server: {e}"))?
-        .connect()
-        .await
-        .map_err(|e| format!("cannot reach {}: {e}", args.server))?;
-    let client = QueueServiceClient::new(channel)
-        .max_decoding_message_size(64 * 1024 * 1024)
-        .max_encoding_message_size(64 * 1024 * 1024);
+    let client = cli::queue_client(cli::connect(&args.server).await?);
     match args.scenario {
         BenchScenario::Delayed => delayed::run(client, &args).await,
     }

@@ -1,0 +1,182 @@
+//! The client subcommands for humans (`publish`, `subscribe`, `schedule`,
+//! `cancel`, `topics`, `stats`, `dlq`): each talks gRPC to a running server and
+//! prints to stdout. Errors come back as one line: the gRPC status code's name
+//! and its message.
+
+mod admin;
+mod format;
+mod messages;
+
+use crate::config::{
+    CancelArgs, DlqArgs, DlqCommand, PublishArgs, ScheduleArgs, StatsArgs, SubscribeArgs,
+    TopicsArgs,
+};
+use crate::pb::admin_service_client::AdminServiceClient;
+use crate::pb::queue_service_client::QueueServiceClient;
+use crate::server::BoxError;
+use std::io::Write;
+use std::time::Duration;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Status};
+
+/// Largest gRPC message a client sends or accepts (the server's limits apply too).
+const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
+
+/// `redq publish`.
+pub async fn publish(args: PublishArgs) -> Result<(), BoxError> {
+    unless_stdout_closed(messages::publish(args).await)
+}
+
+/// `redq subscribe`.
+pub async fn subscribe(args: SubscribeArgs) -> Result<(), BoxError> {
+    unless_stdout_closed(messages::subscribe(args).await)
+}
+
+/// `redq schedule`.
+pub async fn schedule(args: ScheduleArgs) -> Result<(), BoxError> {
+    unless_stdout_closed(messages::schedule(args).await)
+}
+
+/// `redq cancel`.
+pub async fn cancel(args: CancelArgs) -> Result<(), BoxError> {
+    unless_stdout_closed(messages::cancel(args).await)
+}
+
+/// `redq topics`.
+pub async fn topics(args: TopicsArgs) -> Result<(), BoxError> {
+    unless_stdout_closed(admin::topics(args).await)
+}
+
+/// `redq stats`.
+pub async fn stats(args: StatsArgs) -> Result<(), BoxError> {
+    unless_stdout_closed(admin::stats(args).await)
+}
+
+/// `redq dlq list|redrive|purge`.
+pub async fn dlq(args: DlqArgs) -> Result<(), BoxError> {
+    let result = match args.command {
+        DlqCommand::List { target, json } => admin::dlq_list(target, json).await,
+        DlqCommand::Redrive {
+            target,
+            ids,
+            max_per_second,
+        } => admin::dlq_redrive(target, ids, max_per_second).await,
+        DlqCommand::Purge { target, ids, all } => admin::dlq_purge(target, ids, all).await,
+    };
+    unless_stdout_closed(result)
+}
+
+/// `redq subscribe | head` closes stdout early: that ends the command, it is no
+/// failure (unacked messages are redelivered after their deadline).
+fn unless_stdout_closed(result: Result<(), BoxError>) -> Result<(), BoxError> {
+    result.or_else(|err| match err.downcast_ref::<std::io::Error>() {
+        Some(io) if io.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        _ => Err(err),
+    })
+}
+
+/// A channel to `server`, connected (so a wrong address fails here, in one line).
+pub async fn connect(server: &str) -> Result<Channel, BoxError> {
+    let endpoint = Endpoint::from_shared(server.to_string())
+        .map_err(|e| format!("--server {server}: {}", chain(&e)))?
+        .connect_timeout(Duration::from_secs(10));
+    endpoint
+        .connect()
+        .await
+        .map_err(|e| format!("cannot reach {server}: {}", chain(&e)).into())
+}
+
+/// A QueueService client on `channel` that accepts large batches.
+pub fn queue_client(channel: Channel) -> QueueServiceClient<Channel> {
+    QueueServiceClient::new(channel)
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES)
+}
+
+/// An AdminService client on `channel` that accepts large pages.
+pub fn admin_client(channel: Channel) -> AdminServiceClient<Channel> {
+    AdminServiceClient::new(channel)
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES)
+}
+
+/// A failed call as one line: `NOT_FOUND: subscription not found`.
+pub fn status_error(status: Status) -> BoxError {
+    let message = one_line(status.message());
+    let code = code_name(status.code());
+    if message.is_empty() {
+        code.into()
+    } else {
+        format!("{code}: {message}").into()
+    }
+}
+
+/// The canonical name of a gRPC status code, as grpcurl and the gRPC docs spell it.
+fn code_name(code: Code) -> &'static str {
+    match code {
+        Code::Ok => "OK",
+        Code::Cancelled => "CANCELLED",
+        Code::Unknown => "UNKNOWN",
+        Code::InvalidArgument => "INVALID_ARGUMENT",
+        Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
+        Code::NotFound => "NOT_FOUND",
+        Code::AlreadyExists => "ALREADY_EXISTS",
+        Code::PermissionDenied => "PERMISSION_DENIED",
+        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
+        Code::FailedPrecondition => "FAILED_PRECONDITION",
+        Code::Aborted => "ABORTED",
+        Code::OutOfRange => "OUT_OF_RANGE",
+        Code::Unimplemented => "UNIMPLEMENTED",
+        Code::Internal => "INTERNAL",
+        Code::Unavailable => "UNAVAILABLE",
+        Code::DataLoss => "DATA_LOSS",
+        Code::Unauthenticated => "UNAUTHENTICATED",
+    }
+}
+
+/// An error and its sources joined by ": " (tonic's transport error alone says
+/// only "transport error").
+fn chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let said = cause.to_string();
+        // Some errors repeat their source in their own message.
+        if !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        source = cause.source();
+    }
+    one_line(&text)
+}
+
+/// Collapses line breaks so every error stays on one line.
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Writes `text` to stdout at once and flushes it (a pipe reader sees each
+/// message as it arrives).
+fn print(text: &str) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())?;
+    out.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_errors_are_one_line_with_the_code_name() {
+        let err = status_error(Status::not_found("subscription not found"));
+        assert_eq!(err.to_string(), "NOT_FOUND: subscription not found");
+        let err = status_error(Status::invalid_argument("topic:\n  must match"));
+        assert_eq!(err.to_string(), "INVALID_ARGUMENT: topic: must match");
+        assert_eq!(
+            status_error(Status::unavailable("")).to_string(),
+            "UNAVAILABLE"
+        );
+    }
+}
