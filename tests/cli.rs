@@ -536,7 +536,6 @@ async fn dlq_list_shows_every_dead_letter() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the admin RPCs from main"]
 async fn topics_lists_every_topic() {
     let (_redis, server) = start().await;
     redq(&server, &["publish", "cli-a", "x"], None)
@@ -572,7 +571,6 @@ fn cells(line: &str) -> Vec<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the admin RPCs from main"]
 async fn stats_shows_the_topic_and_its_subscriptions() {
     let (_redis, server) = start().await;
     let mut client = server.client().await;
@@ -637,7 +635,6 @@ async fn stats_shows_the_topic_and_its_subscriptions() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the admin RPCs from main"]
 async fn dlq_redrive_gives_dead_letters_back() {
     let (_redis, server) = start().await;
     let (nacked, expired) = make_dead_letters(&server).await;
@@ -675,7 +672,6 @@ async fn dlq_redrive_gives_dead_letters_back() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the admin RPCs from main"]
 async fn dlq_purge_deletes_named_or_all_dead_letters() {
     let (_redis, server) = start().await;
     make_dead_letters(&server).await;

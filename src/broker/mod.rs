@@ -24,7 +24,6 @@ use delivery::DeliveryLoop;
 use promoter::{Promoter, PromotionTimers};
 use retention::MemoryGuard;
 use std::collections::HashMap;
-use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use std::time::Instant;
@@ -45,7 +44,8 @@ pub struct Broker {
     store: Store,
     wakeups: Wakeups,
     promotions: Arc<PromotionTimers>,
-    known_topics: Arc<Mutex<HashSet<String>>>,
+    /// Topics registered lately, so that publishing does not register on every call.
+    known_topics: Arc<Mutex<HashMap<String, Instant>>>,
     dedupe_window: Duration,
     /// How long before their due time scheduled messages are promoted (and
     /// then held by the delivery loops until due).
@@ -331,20 +331,22 @@ impl Broker {
             .remove(topic);
     }
 
+    /// Adds the topic to the registry, at most every [`TOPIC_SETTINGS_TTL`]
+    /// per replica: a topic deleted meanwhile is registered again soon.
     async fn register_topic(&self, topic: &str) -> Result<()> {
-        if self
+        let fresh = self
             .known_topics
             .lock()
             .expect("topics lock")
-            .contains(topic)
-        {
-            return Ok(());
+            .get(topic)
+            .is_some_and(|at| at.elapsed() < TOPIC_SETTINGS_TTL);
+        if !fresh {
+            self.store.register_topic(topic).await?;
+            self.known_topics
+                .lock()
+                .expect("topics lock")
+                .insert(topic.to_owned(), Instant::now());
         }
-        self.store.register_topic(topic).await?;
-        self.known_topics
-            .lock()
-            .expect("topics lock")
-            .insert(topic.to_owned());
         Ok(())
     }
 }
