@@ -88,12 +88,6 @@ struct Inner {
     scrape_failures: Counter,
 }
 
-impl Default for Metrics {
-    fn default() -> Self {
-        Self::new(DEFAULT_MAX_TOPICS)
-    }
-}
-
 impl Metrics {
     /// Metrics with their own labels for at most `max_topics` topics.
     pub fn new(max_topics: u32) -> Self {

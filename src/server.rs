@@ -45,8 +45,12 @@ pub async fn run(
         default_ack_deadline: settings.limits.default_ack_deadline,
     };
     let metrics = Metrics::new(settings.metrics_max_topics);
-    let broker =
-        Broker::new(store.clone(), broker_settings, stop.clone()).with_metrics(metrics.clone());
+    let broker = Broker::new(
+        store.clone(),
+        broker_settings,
+        metrics.clone(),
+        stop.clone(),
+    );
     health.spawn_loop("redis-monitor", health.clone().run_monitor(store.clone()));
     health.spawn_loop("promoter", broker.promoter().run(stop.clone()));
     health.spawn_loop(

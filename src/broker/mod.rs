@@ -70,7 +70,12 @@ pub struct BrokerSettings {
 }
 
 impl Broker {
-    pub fn new(store: Store, settings: BrokerSettings, shutdown: CancellationToken) -> Self {
+    pub fn new(
+        store: Store,
+        settings: BrokerSettings,
+        metrics: Metrics,
+        shutdown: CancellationToken,
+    ) -> Self {
         let promotions = Arc::new(PromotionTimers::new(settings.promote_ahead));
         Self {
             wakeups: Wakeups::new(store.clone(), promotions.clone()),
@@ -83,15 +88,8 @@ impl Broker {
             topic_settings: Arc::default(),
             memory: MemoryGuard::default(),
             shutdown,
-            metrics: Metrics::default(),
+            metrics,
         }
-    }
-
-    /// Counts what this broker does in `metrics` (by default, in a registry
-    /// of its own that nothing serves).
-    pub fn with_metrics(mut self, metrics: Metrics) -> Self {
-        self.metrics = metrics;
-        self
     }
 
     pub fn metrics(&self) -> &Metrics {

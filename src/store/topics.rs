@@ -133,32 +133,43 @@ impl Store {
         })
     }
 
-    /// Stores the settings that are Some; `Some(0)`-like values clear a limit.
+    /// Stores the settings that are Some; the others stay as they are.
     pub async fn update_topic_settings(
         &self,
         keys: &TopicKeys,
         update: &TopicSettings,
     ) -> Result<()> {
-        let fields: Vec<(&str, u64)> = [
-            (
-                "max_age",
-                update.retention_max_age.map(|d| d.as_millis() as u64),
-            ),
-            ("max_len", update.retention_max_length),
-            ("hard_max", update.hard_max_length),
-            ("dedupe", update.dedupe_window.map(|d| d.as_millis() as u64)),
-            ("max_payload", update.max_payload_bytes.map(u64::from)),
-        ]
-        .into_iter()
-        .filter_map(|(name, value)| value.map(|v| (name, v)))
-        .collect();
-        if fields.is_empty() {
+        let ms = |d: Option<Duration>| d.map(|d| d.as_millis() as u64);
+        self.set_present_fields(
+            keys.settings(),
+            [
+                ("max_age", ms(update.retention_max_age)),
+                ("max_len", update.retention_max_length),
+                ("hard_max", update.hard_max_length),
+                ("dedupe", ms(update.dedupe_window)),
+                ("max_payload", update.max_payload_bytes.map(u64::from)),
+            ],
+        )
+        .await
+    }
+
+    /// HSET of the fields that have a value, if any.
+    async fn set_present_fields<const N: usize>(
+        &self,
+        key: String,
+        fields: [(&str, Option<u64>); N],
+    ) -> Result<()> {
+        let present: Vec<(&str, u64)> = fields
+            .into_iter()
+            .filter_map(|(name, value)| value.map(|v| (name, v)))
+            .collect();
+        if present.is_empty() {
             return Ok(());
         }
         let mut conn = self.connection().await?;
         let _: () = redis::cmd("HSET")
-            .arg(keys.settings())
-            .arg(&fields)
+            .arg(key)
+            .arg(&present)
             .query_async(&mut *conn)
             .await?;
         Ok(())
@@ -260,26 +271,18 @@ impl Store {
         subscription: &str,
         update: &SubscriptionUpdate,
     ) -> Result<()> {
-        let fields: Vec<(&str, u64)> = [
-            ("ack", update.ack_deadline.map(|d| d.as_millis() as u64)),
-            ("bmin", update.minimum_backoff.map(|d| d.as_millis() as u64)),
-            ("bmax", update.maximum_backoff.map(|d| d.as_millis() as u64)),
-            ("max", update.max_delivery_attempts.map(u64::from)),
-            ("dlq", update.dead_lettering.map(u64::from)),
-        ]
-        .into_iter()
-        .filter_map(|(name, value)| value.map(|v| (name, v)))
-        .collect();
-        if fields.is_empty() {
-            return Ok(());
-        }
-        let mut conn = self.connection().await?;
-        let _: () = redis::cmd("HSET")
-            .arg(keys.subscription(subscription))
-            .arg(&fields)
-            .query_async(&mut *conn)
-            .await?;
-        Ok(())
+        let ms = |d: Option<Duration>| d.map(|d| d.as_millis() as u64);
+        self.set_present_fields(
+            keys.subscription(subscription),
+            [
+                ("ack", ms(update.ack_deadline)),
+                ("bmin", ms(update.minimum_backoff)),
+                ("bmax", ms(update.maximum_backoff)),
+                ("max", update.max_delivery_attempts.map(u64::from)),
+                ("dlq", update.dead_lettering.map(u64::from)),
+            ],
+        )
+        .await
     }
 
     pub async fn subscription_stats(
