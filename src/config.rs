@@ -254,12 +254,33 @@ pub struct BenchArgs {
     /// How long to wait past the last due time before giving up.
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     pub timeout: Duration,
+    /// The Redis the server uses, for the raw-Redis baselines and memory figures.
+    #[arg(long, env = "REDQ_REDIS_URL", default_value = "redis://127.0.0.1:6379")]
+    pub redis_url: String,
+    /// A smoke run: 1,000 messages per workload (for CI; the figures mean little).
+    #[arg(long)]
+    pub quick: bool,
+    /// Also write the results as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum BenchScenario {
+    /// Publish in batches of 1000, beside pipelined raw XADD.
+    PublishBatch,
+    /// One message per Publish, 50 in flight, beside raw XADD from 50 tasks.
+    PublishUnary,
+    /// Consume and ack a backlog.
+    Consume,
+    /// Publish -> handler latency at 2,000 messages/s, beside a raw round trip.
+    E2e,
     /// Lateness of scheduled messages: N due at one instant, N spread over time.
     Delayed,
+    /// Redis memory per waiting and per scheduled message, beside a raw stream.
+    Memory,
+    /// Every scenario above.
+    All,
 }
 
 #[derive(Debug, Args)]

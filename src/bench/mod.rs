@@ -2,16 +2,130 @@
 //! what they measured. Benchmarks, not tests: they assert nothing.
 
 mod delayed;
+mod throughput;
 
 use crate::cli;
 use crate::config::{BenchArgs, BenchScenario};
 use crate::server::BoxError;
 use std::time::Duration;
+use throughput::Row;
 
-pub async fn run(args: BenchArgs) -> Result<(), BoxError> {
+pub async fn run(mut args: BenchArgs) -> Result<(), BoxError> {
+    if args.quick {
+        args.count = args.count.min(1000);
+        args.spread = args.spread.min(Duration::from_secs(1));
+    }
     let client = cli::queue_client(cli::connect(&args.server).await?);
-    match args.scenario {
-        BenchScenario::Delayed => delayed::run(client, &args).await,
+    let redis =
+        redis::Client::open(args.redis_url.as_str()).map_err(|e| format!("--redis-url: {e}"))?;
+    let conn = redis
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(|e| {
+            format!(
+                "cannot reach Redis at {} (--redis-url): {e}",
+                args.redis_url
+            )
+        })?;
+    let scenario = args.scenario;
+    let wants = |s: BenchScenario| scenario == s || scenario == BenchScenario::All;
+    println!(
+        "redq bench: {} messages of {} B per workload, server {}, redis {}",
+        args.count, args.payload_size, args.server, args.redis_url
+    );
+    let mut rows: Vec<(Row, Option<Row>)> = Vec::new();
+    if wants(BenchScenario::PublishBatch) {
+        let redq = throughput::publish_batch(&client, &args).await?;
+        rows.push((
+            redq,
+            Some(throughput::raw_publish_batch(&conn, &args).await?),
+        ));
+    }
+    if wants(BenchScenario::PublishUnary) {
+        let redq = throughput::publish_unary(&client, &args).await?;
+        rows.push((
+            redq,
+            Some(throughput::raw_publish_unary(&redis, &args).await?),
+        ));
+    }
+    if wants(BenchScenario::Consume) {
+        rows.push((throughput::consume(&client, &args).await?, None));
+    }
+    if wants(BenchScenario::E2e) {
+        let redq = throughput::end_to_end(&client, &args).await?;
+        rows.push((redq, Some(throughput::raw_round_trip(&conn, &args).await?)));
+    }
+    if wants(BenchScenario::Memory) {
+        let mut memory = throughput::memory(&client, &conn, &args).await?;
+        let raw = memory.pop();
+        rows.extend(memory.into_iter().map(|row| (row, raw.clone())));
+    }
+    if !rows.is_empty() {
+        print_table(&rows);
+    }
+    if let Some(path) = &args.json {
+        let json: Vec<_> = rows
+            .iter()
+            .map(|(redq, raw)| serde_json::json!({ "redq": redq, "raw": raw }))
+            .collect();
+        std::fs::write(path, serde_json::to_string_pretty(&json)?)?;
+    }
+    if wants(BenchScenario::Delayed) {
+        delayed::run(client, &args).await?;
+    }
+    Ok(())
+}
+
+fn print_table(rows: &[(Row, Option<Row>)]) {
+    let ms = |v: Option<f64>| v.map_or("—".to_owned(), |v| format!("{v:.2} ms"));
+    println!();
+    println!(
+        "| workload | messages | msg/s | p50 | p99 | max | B/msg | raw Redis baseline | redq ÷ raw |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---|---:|");
+    for (redq, raw) in rows {
+        let (baseline, ratio) = match raw {
+            Some(raw) if redq.bytes_per_message.is_some() => (
+                format!(
+                    "{}: {:.0} B/msg",
+                    raw.workload,
+                    raw.bytes_per_message.unwrap_or(0.0)
+                ),
+                format!(
+                    "{:.2}",
+                    redq.bytes_per_message.unwrap_or(0.0) / raw.bytes_per_message.unwrap_or(1.0)
+                ),
+            ),
+            Some(raw) if redq.p50_ms.is_some() && raw.workload.contains("PING") => (
+                format!("{}: p50 {}", raw.workload, ms(raw.p50_ms)),
+                format!(
+                    "{:.1} (p50)",
+                    redq.p50_ms.unwrap_or(0.0) / raw.p50_ms.unwrap_or(1.0)
+                ),
+            ),
+            Some(raw) => (
+                format!("{}: {:.0} msg/s", raw.workload, raw.per_second),
+                format!("{:.2}", redq.per_second / raw.per_second),
+            ),
+            None => ("—".to_owned(), "—".to_owned()),
+        };
+        println!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            redq.workload,
+            redq.messages,
+            if redq.per_second > 0.0 {
+                format!("{:.0}", redq.per_second)
+            } else {
+                "—".into()
+            },
+            ms(redq.p50_ms),
+            ms(redq.p99_ms),
+            ms(redq.max_ms),
+            redq.bytes_per_message
+                .map_or("—".into(), |b| format!("{b:.0}")),
+            baseline,
+            ratio
+        );
     }
 }
 

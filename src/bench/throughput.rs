@@ -1,0 +1,458 @@
+//! `redq bench publish-batch | publish-unary | consume | e2e | memory`: the
+//! throughput, latency and memory workloads, each beside the same workload
+//! on raw Redis where one exists, measured in the same run so that the ratio
+//! compares across noisy machines.
+
+use super::{Percentiles, fresh_topic};
+use crate::config::BenchArgs;
+use crate::pb;
+use crate::pb::queue_service_client::QueueServiceClient;
+use crate::server::BoxError;
+use bytes::Bytes;
+use redis::aio::MultiplexedConnection;
+use std::time::{Duration, Instant};
+use tonic::transport::Channel;
+
+type Client = QueueServiceClient<Channel>;
+
+/// Messages per Publish call in publish-batch, and XADDs per pipeline in its baseline.
+const BATCH: usize = 1000;
+/// Calls in flight in publish-unary, and tasks in its baseline.
+const IN_FLIGHT: usize = 50;
+/// Subscribe streams reading the backlog in consume.
+const CONSUMERS: usize = 4;
+
+/// One row of the results table.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Row {
+    pub workload: String,
+    pub messages: usize,
+    pub per_second: f64,
+    pub p50_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
+    pub max_ms: Option<f64>,
+    pub bytes_per_message: Option<f64>,
+}
+
+impl Row {
+    fn new(workload: &str, messages: usize, elapsed: Duration, latencies: &mut [Duration]) -> Self {
+        let p = Percentiles::of(latencies);
+        Self {
+            workload: workload.to_owned(),
+            messages,
+            per_second: messages as f64 / elapsed.as_secs_f64(),
+            p50_ms: p.map(|p| p.p50),
+            p99_ms: p.map(|p| p.p99),
+            max_ms: p.map(|p| p.max),
+            bytes_per_message: None,
+        }
+    }
+}
+
+fn payload(args: &BenchArgs) -> Bytes {
+    Bytes::from(vec![b'x'; args.payload_size])
+}
+
+fn messages(payload: &Bytes, n: usize) -> Vec<pb::PublishMessage> {
+    (0..n)
+        .map(|_| pb::PublishMessage {
+            payload: payload.clone(),
+            ..Default::default()
+        })
+        .collect()
+}
+
+/// redq: Publish calls of `BATCH` messages, one at a time.
+pub async fn publish_batch(client: &Client, args: &BenchArgs) -> Result<Row, BoxError> {
+    let topic = fresh_topic("publish-batch");
+    let payload = payload(args);
+    let mut latencies = Vec::new();
+    let started = Instant::now();
+    for start in (0..args.count).step_by(BATCH) {
+        let n = BATCH.min(args.count - start);
+        let call = Instant::now();
+        client
+            .clone()
+            .publish(pb::PublishRequest {
+                topic: topic.clone(),
+                messages: messages(&payload, n),
+            })
+            .await?;
+        latencies.push(call.elapsed());
+    }
+    Ok(Row::new(
+        "redq publish, batches of 1000",
+        args.count,
+        started.elapsed(),
+        &mut latencies,
+    ))
+}
+
+/// Raw Redis: XADD pipelined 64 at a time.
+pub async fn raw_publish_batch(
+    conn: &MultiplexedConnection,
+    args: &BenchArgs,
+) -> Result<Row, BoxError> {
+    let key = format!("redq-bench:raw:{}", fresh_topic("xadd"));
+    let payload = payload(args);
+    let mut conn = conn.clone();
+    let mut latencies = Vec::new();
+    let started = Instant::now();
+    for start in (0..args.count).step_by(64) {
+        let mut pipe = redis::pipe();
+        for _ in start..(start + 64).min(args.count) {
+            pipe.cmd("XADD")
+                .arg(&key)
+                .arg("*")
+                .arg("m")
+                .arg(payload.as_ref())
+                .ignore();
+        }
+        let call = Instant::now();
+        let _: () = pipe.query_async(&mut conn).await?;
+        latencies.push(call.elapsed());
+    }
+    let row = Row::new(
+        "raw XADD, pipelined x64",
+        args.count,
+        started.elapsed(),
+        &mut latencies,
+    );
+    let _: () = redis::cmd("DEL").arg(&key).query_async(&mut conn).await?;
+    Ok(row)
+}
+
+/// redq: one message per Publish call, `IN_FLIGHT` calls at a time.
+pub async fn publish_unary(client: &Client, args: &BenchArgs) -> Result<Row, BoxError> {
+    let topic = fresh_topic("publish-unary");
+    let payload = payload(args);
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..IN_FLIGHT)
+        .map(|task| {
+            let mut client = client.clone();
+            let (topic, payload) = (topic.clone(), payload.clone());
+            let n = args.count / IN_FLIGHT + usize::from(task < args.count % IN_FLIGHT);
+            tokio::spawn(async move {
+                let mut latencies = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let call = Instant::now();
+                    client
+                        .publish(pb::PublishRequest {
+                            topic: topic.clone(),
+                            messages: messages(&payload, 1),
+                        })
+                        .await?;
+                    latencies.push(call.elapsed());
+                }
+                Ok::<_, tonic::Status>(latencies)
+            })
+        })
+        .collect();
+    let mut latencies = Vec::new();
+    for task in tasks {
+        latencies.extend(task.await??);
+    }
+    Ok(Row::new(
+        "redq publish, 1 per call, 50 in flight",
+        args.count,
+        started.elapsed(),
+        &mut latencies,
+    ))
+}
+
+/// Raw Redis: XADD without pipelining from `IN_FLIGHT` tasks, a connection each.
+pub async fn raw_publish_unary(client: &redis::Client, args: &BenchArgs) -> Result<Row, BoxError> {
+    let key = format!("redq-bench:raw:{}", fresh_topic("xadd"));
+    let payload = payload(args);
+    let mut conns = Vec::new();
+    for _ in 0..IN_FLIGHT {
+        conns.push(client.get_multiplexed_async_connection().await?);
+    }
+    let started = Instant::now();
+    let tasks: Vec<_> = conns
+        .into_iter()
+        .enumerate()
+        .map(|(task, mut conn)| {
+            let (key, payload) = (key.clone(), payload.clone());
+            let n = args.count / IN_FLIGHT + usize::from(task < args.count % IN_FLIGHT);
+            tokio::spawn(async move {
+                let mut latencies = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let call = Instant::now();
+                    let _: String = redis::cmd("XADD")
+                        .arg(&key)
+                        .arg("*")
+                        .arg("m")
+                        .arg(payload.as_ref())
+                        .query_async(&mut conn)
+                        .await?;
+                    latencies.push(call.elapsed());
+                }
+                Ok::<_, redis::RedisError>(latencies)
+            })
+        })
+        .collect();
+    let mut latencies = Vec::new();
+    for task in tasks {
+        latencies.extend(task.await??);
+    }
+    let row = Row::new(
+        "raw XADD, 50 tasks, no pipeline",
+        args.count,
+        started.elapsed(),
+        &mut latencies,
+    );
+    let mut conn = client.get_multiplexed_async_connection().await?;
+    let _: () = redis::cmd("DEL").arg(&key).query_async(&mut conn).await?;
+    Ok(row)
+}
+
+/// redq: a backlog of `count` messages read by `CONSUMERS` streams that ack
+/// every response.
+pub async fn consume(client: &Client, args: &BenchArgs) -> Result<Row, BoxError> {
+    let topic = fresh_topic("consume");
+    let payload = payload(args);
+    // The subscription exists before the backlog, so it reads all of it.
+    let mut first = Some(open(client, &topic).await?);
+    for start in (0..args.count).step_by(BATCH) {
+        client
+            .clone()
+            .publish(pb::PublishRequest {
+                topic: topic.clone(),
+                messages: messages(&payload, BATCH.min(args.count - start)),
+            })
+            .await?;
+    }
+    let (done, mut received) = tokio::sync::mpsc::unbounded_channel();
+    let started = Instant::now();
+    for _ in 0..CONSUMERS {
+        let stream = match first.take() {
+            Some(stream) => stream,
+            None => open(client, &topic).await?,
+        };
+        let (mut client, topic, done) = (client.clone(), topic.clone(), done.clone());
+        tokio::spawn(async move {
+            let mut stream = stream;
+            while let Ok(Some(response)) = stream.message().await {
+                let ack_ids: Vec<String> =
+                    response.messages.into_iter().map(|m| m.ack_id).collect();
+                let n = ack_ids.len();
+                let acked = client
+                    .ack(pb::AckRequest {
+                        topic: topic.clone(),
+                        subscription: "bench".into(),
+                        ack_ids,
+                    })
+                    .await;
+                if acked.is_err() || done.send(n).is_err() {
+                    break;
+                }
+            }
+        });
+    }
+    drop(done);
+    let mut total = 0;
+    let deadline = tokio::time::Instant::now() + args.timeout + Duration::from_secs(60);
+    while total < args.count {
+        match tokio::time::timeout_at(deadline, received.recv()).await {
+            Ok(Some(n)) => total += n,
+            _ => return Err(format!("consumed only {total} of {}", args.count).into()),
+        }
+    }
+    Ok(Row::new(
+        "redq consume + ack, 4 streams",
+        args.count,
+        started.elapsed(),
+        &mut [],
+    ))
+}
+
+async fn open(
+    client: &Client,
+    topic: &str,
+) -> Result<tonic::Streaming<pb::SubscribeResponse>, BoxError> {
+    Ok(client
+        .clone()
+        .subscribe(pb::SubscribeRequest {
+            topic: topic.to_owned(),
+            subscription: "bench".into(),
+            max_outstanding_messages: 2000,
+            ack_deadline: Some(prost_types::Duration {
+                seconds: 60,
+                nanos: 0,
+            }),
+            ..Default::default()
+        })
+        .await?
+        .into_inner())
+}
+
+/// redq: publish → handler latency at a steady 2,000 messages/s.
+pub async fn end_to_end(client: &Client, args: &BenchArgs) -> Result<Row, BoxError> {
+    const RATE: u64 = 2000;
+    let topic = fresh_topic("e2e");
+    let n = args.count.min(RATE as usize * 10);
+    let mut stream = open(client, &topic).await?;
+    let sent_at = std::sync::Arc::new(std::sync::Mutex::new(std::collections::HashMap::new()));
+    let publisher = {
+        let (mut client, topic, sent_at, payload) = (
+            client.clone(),
+            topic.clone(),
+            sent_at.clone(),
+            payload(args),
+        );
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_micros(1_000_000 / RATE));
+            for _ in 0..n {
+                tick.tick().await;
+                let at = Instant::now();
+                let reply = client
+                    .publish(pb::PublishRequest {
+                        topic: topic.clone(),
+                        messages: messages(&payload, 1),
+                    })
+                    .await?
+                    .into_inner();
+                if let Some(id) = reply.message_ids.into_iter().next() {
+                    sent_at.lock().expect("lock").insert(id, at);
+                }
+            }
+            Ok::<_, tonic::Status>(())
+        })
+    };
+    let mut latencies = Vec::with_capacity(n);
+    let started = Instant::now();
+    let mut acker = client.clone();
+    while latencies.len() < n {
+        let response = tokio::time::timeout(args.timeout, stream.message())
+            .await
+            .map_err(|_| format!("e2e: only {} of {n} arrived", latencies.len()))??
+            .ok_or("e2e: stream ended")?;
+        let arrived = Instant::now();
+        let mut ack_ids = Vec::new();
+        for received in response.messages {
+            let id = received.message.map(|m| m.id).unwrap_or_default();
+            // The publish reply may come after the delivery: count from the call.
+            let sent = sent_at.lock().expect("lock").remove(&id);
+            latencies.push(sent.map_or(Duration::ZERO, |at| arrived.saturating_duration_since(at)));
+            ack_ids.push(received.ack_id);
+        }
+        acker
+            .ack(pb::AckRequest {
+                topic: topic.clone(),
+                subscription: "bench".into(),
+                ack_ids,
+            })
+            .await?;
+    }
+    publisher.await??;
+    Ok(Row::new(
+        "redq publish -> handler at 2,000/s",
+        n,
+        started.elapsed(),
+        &mut latencies,
+    ))
+}
+
+/// Raw Redis round trip (PING), the floor of any latency above.
+pub async fn raw_round_trip(
+    conn: &MultiplexedConnection,
+    args: &BenchArgs,
+) -> Result<Row, BoxError> {
+    let mut conn = conn.clone();
+    let n = args.count.min(20_000);
+    let mut latencies = Vec::with_capacity(n);
+    let started = Instant::now();
+    for _ in 0..n {
+        let call = Instant::now();
+        let _: String = redis::cmd("PING").query_async(&mut conn).await?;
+        latencies.push(call.elapsed());
+    }
+    Ok(Row::new(
+        "raw PING round trip",
+        n,
+        started.elapsed(),
+        &mut latencies,
+    ))
+}
+
+/// Redis memory per message waiting in a topic with a subscription, and per
+/// scheduled message, against a raw stream of the same payloads.
+pub async fn memory(
+    client: &Client,
+    conn: &MultiplexedConnection,
+    args: &BenchArgs,
+) -> Result<Vec<Row>, BoxError> {
+    let mut conn = conn.clone();
+    let used = |mut conn: MultiplexedConnection| async move {
+        let info: String = redis::cmd("INFO")
+            .arg("memory")
+            .query_async(&mut conn)
+            .await?;
+        let used = info
+            .lines()
+            .find_map(|l| l.strip_prefix("used_memory:")?.trim().parse::<f64>().ok())
+            .unwrap_or(0.0);
+        Ok::<_, redis::RedisError>(used)
+    };
+    let payload = payload(args);
+    let mut rows = Vec::new();
+
+    for (workload, delay) in [
+        ("redq waiting message", None),
+        ("redq scheduled message", Some(Duration::from_secs(3600))),
+    ] {
+        let topic = fresh_topic("memory");
+        let _stream = open(client, &topic).await?; // a subscription that reads nothing yet
+        drop(_stream);
+        let before = used(conn.clone()).await?;
+        for start in (0..args.count).step_by(BATCH) {
+            let mut batch = messages(&payload, BATCH.min(args.count - start));
+            for m in &mut batch {
+                m.delay = delay.map(|d| prost_types::Duration {
+                    seconds: d.as_secs() as i64,
+                    nanos: 0,
+                });
+            }
+            client
+                .clone()
+                .publish(pb::PublishRequest {
+                    topic: topic.clone(),
+                    messages: batch,
+                })
+                .await?;
+        }
+        let after = used(conn.clone()).await?;
+        let mut row = Row::new(workload, args.count, Duration::from_secs(1), &mut []);
+        row.per_second = 0.0;
+        row.bytes_per_message = Some((after - before) / args.count as f64);
+        rows.push(row);
+    }
+
+    let key = format!("redq-bench:raw:{}", fresh_topic("memory"));
+    let before = used(conn.clone()).await?;
+    for start in (0..args.count).step_by(64) {
+        let mut pipe = redis::pipe();
+        for _ in start..(start + 64).min(args.count) {
+            pipe.cmd("XADD")
+                .arg(&key)
+                .arg("*")
+                .arg("m")
+                .arg(payload.as_ref())
+                .ignore();
+        }
+        let _: () = pipe.query_async(&mut conn).await?;
+    }
+    let after = used(conn.clone()).await?;
+    let mut row = Row::new(
+        "raw stream entry",
+        args.count,
+        Duration::from_secs(1),
+        &mut [],
+    );
+    row.per_second = 0.0;
+    row.bytes_per_message = Some((after - before) / args.count as f64);
+    rows.push(row);
+    let _: () = redis::cmd("DEL").arg(&key).query_async(&mut conn).await?;
+    Ok(rows)
+}
