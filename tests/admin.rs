@@ -17,6 +17,19 @@ fn topic_request(name: &str, settings: pb::TopicSettings) -> pb::CreateTopicRequ
     }
 }
 
+/// Creates a topic that keeps messages for `max_age` (within what
+/// subscriptions still need).
+async fn create_topic_with_retention(admin: &mut Admin, name: &str, max_age: Duration) {
+    let settings = pb::TopicSettings {
+        retention_max_age: Some(pb_duration(max_age)),
+        ..Default::default()
+    };
+    admin
+        .create_topic(topic_request(name, settings))
+        .await
+        .unwrap_or_else(|s| panic!("CreateTopic {name}: {s:?}"));
+}
+
 async fn get_topic(admin: &mut Admin, name: &str) -> Result<pb::Topic, tonic::Status> {
     admin
         .get_topic(pb::GetTopicRequest { name: name.into() })
@@ -375,16 +388,7 @@ async fn seek_replays_from_a_time_or_a_message() {
     let mut client = server.client().await;
 
     // Replaying acked messages needs a retention that keeps them.
-    admin
-        .create_topic(topic_request(
-            "t",
-            pb::TopicSettings {
-                retention_max_age: Some(pb_duration(Duration::from_secs(3600))),
-                ..Default::default()
-            },
-        ))
-        .await
-        .expect("CreateTopic");
+    create_topic_with_retention(&mut admin, "t", Duration::from_secs(3600)).await;
     let start = SystemTime::now() - Duration::from_secs(1);
     let ids = publish(&mut client, "t", payloads("m", 5)).await;
     let mut stream = subscribe(&mut client, "t", "s", Sub::deadline(LONG)).await;
@@ -438,16 +442,7 @@ async fn trimming_never_removes_what_a_slow_subscription_still_needs() {
     let mut admin = server.admin().await;
     let mut client = server.client().await;
     // A retention of 1 ms: only what a subscription needs keeps an entry.
-    admin
-        .create_topic(topic_request(
-            "t",
-            pb::TopicSettings {
-                retention_max_age: Some(pb_duration(Duration::from_millis(1))),
-                ..Default::default()
-            },
-        ))
-        .await
-        .expect("CreateTopic");
+    create_topic_with_retention(&mut admin, "t", Duration::from_millis(1)).await;
 
     // Both subscriptions exist before the messages; only the fast one reads.
     let mut fast = subscribe(&mut client, "t", "fast", Sub::deadline(LONG)).await;
