@@ -5,6 +5,11 @@ use redq::config::{Cli, Command, LogFormat};
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
+/// glibc's allocator takes a lock that the runtime's threads contend on when
+/// every request allocates; mimalloc keeps per-thread heaps.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = match Cli::try_parse() {

@@ -237,3 +237,43 @@ async fn modify_ack_deadline_zero_gives_the_message_back() {
     assert_eq!(ids_of(&second), ids);
     assert_eq!(second[0].delivery_attempt, 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_stream_gets_its_own_expired_leases_back() {
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis.url(), &[]).await;
+    let mut client = server.client().await;
+
+    let deadline = Duration::from_secs(1);
+    let ids = publish(&mut client, TOPIC, ["a", "b", "c"]).await;
+    let before_lease = Instant::now();
+    let mut stream = subscribe(
+        &mut client,
+        TOPIC,
+        SUB,
+        Sub::deadline(deadline)
+            .max_outstanding(2)
+            .retry(Duration::ZERO, Duration::ZERO),
+    )
+    .await;
+
+    // Full at two; nothing acked, so only the ended leases can make room.
+    let first = expect_messages(&mut stream, 2).await;
+    assert_eq!(ids_of(&first), ids[..2]);
+    assert_no_message_within(&mut stream, deadline / 2).await;
+
+    let again = expect_messages(&mut stream, 2).await;
+    let redelivered_at = before_lease.elapsed();
+    assert!(
+        redelivered_at >= deadline,
+        "redelivered after {redelivered_at:?}, before the {deadline:?} ack deadline"
+    );
+    assert_eq!(ids_of(&again), ids[..2], "the held two come back first");
+    assert!(again.iter().all(|m| m.delivery_attempt == 2));
+
+    ack(&mut client, TOPIC, SUB, ack_ids_of(&again))
+        .await
+        .expect("ack redeliveries");
+    let last = expect_messages(&mut stream, 1).await;
+    assert_eq!(ids_of(&last), ids[2..]);
+}

@@ -102,7 +102,7 @@ impl Store {
     /// Hands `spec.consumer` up to `limit` deliveries: expired leases first, then
     /// new entries, within its room; each gets a lease of `spec.lease`.
     pub async fn fetch(&self, spec: &ConsumerSpec<'_>, limit: u32) -> Result<Fetched> {
-        let mut conn = self.connection().await?;
+        let mut conn = self.shared();
         let reply: Value = FETCH_DELIVERIES
             .key(&spec.keys.lease_keys(spec.group)[..])
             .arg(spec.group)
@@ -110,7 +110,7 @@ impl Store {
             .arg(spec.max_outstanding)
             .arg(limit)
             .arg(spec.lease.as_millis() as u64)
-            .invoke_async(&mut *conn)
+            .invoke_async(&mut conn)
             .await
             .map_err(group_missing_is_not_found)?;
         let mut reply = as_array(reply)?.into_iter();
@@ -140,14 +140,14 @@ impl Store {
     /// Acknowledges entries: they leave the subscription's pending list for
     /// good. Returns how many were pending.
     pub async fn ack(&self, keys: &TopicKeys, group: &str, entry_ids: &[&str]) -> Result<u64> {
-        let mut conn = self.connection().await?;
+        let mut conn = self.shared();
         let acked: u64 = ACK
             .key(keys.stream())
             .key(keys.timers(group))
             .key(keys.subscription(group))
             .arg(group)
             .arg(entry_ids)
-            .invoke_async(&mut *conn)
+            .invoke_async(&mut conn)
             .await
             .map_err(group_missing_is_not_found)?;
         Ok(acked)
@@ -206,9 +206,9 @@ impl Store {
                 .arg(&held.consumer)
                 .arg(held.attempt);
         }
-        let mut conn = self.connection().await?;
+        let mut conn = self.shared();
         invocation
-            .invoke_async(&mut *conn)
+            .invoke_async(&mut conn)
             .await
             .map_err(group_missing_is_not_found)
     }

@@ -12,7 +12,7 @@ pub mod topics;
 
 use crate::error::Result;
 use bb8_redis::RedisConnectionManager;
-use redis::aio::MultiplexedConnection;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::{AsyncConnectionConfig, Client};
 use std::time::Duration;
 
@@ -21,10 +21,21 @@ pub use keys::TopicKeys;
 /// Longest time a blocking read waits in Redis before returning empty.
 pub const BLOCK: Duration = Duration::from_secs(5);
 
-/// Handle on Redis: a pool of multiplexed connections for ordinary commands,
-/// and the client to open dedicated connections for blocking reads and Pub/Sub.
+/// Longest wait for a reply on a shared connection. Scripts are short, but a
+/// Redis busy with a large trim or promotion may take a while.
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Handle on Redis, with three kinds of connection:
+/// - one shared, auto-pipelined connection for the calls clients wait on
+///   (publish, fetch, ack, nack, lease extension): concurrent calls are
+///   written together and share round trips, with no checkout and no PING
+///   per call, and it reconnects by itself;
+/// - a pool for background loops and admin calls, whose larger replies and
+///   longer scripts should not queue in front of client calls;
+/// - dedicated connections for blocking reads and Pub/Sub.
 #[derive(Clone)]
 pub struct Store {
+    shared: ConnectionManager,
     pool: bb8::Pool<RedisConnectionManager>,
     client: Client,
 }
@@ -37,12 +48,28 @@ impl Store {
     /// and report NOT_SERVING, while Redis is still unreachable.
     pub fn new(url: &str, pool_size: u32) -> Result<Self, redis::RedisError> {
         let client = Client::open(url)?;
+        let shared = ConnectionManager::new_lazy_with_config(
+            client.clone(),
+            ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(Duration::from_secs(2)))
+                .set_response_timeout(Some(RESPONSE_TIMEOUT))
+                .set_number_of_retries(2),
+        )?;
         let manager = RedisConnectionManager::new(url)?;
         let pool = bb8::Pool::builder()
             .max_size(pool_size)
             .connection_timeout(Duration::from_secs(2))
             .build_unchecked(manager);
-        Ok(Self { pool, client })
+        Ok(Self {
+            shared,
+            pool,
+            client,
+        })
+    }
+
+    /// The shared connection for client calls; cheap to clone.
+    pub(crate) fn shared(&self) -> ConnectionManager {
+        self.shared.clone()
     }
 
     pub(crate) async fn connection(&self) -> Result<PooledConnection<'_>> {

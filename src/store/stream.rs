@@ -195,8 +195,8 @@ impl Store {
             .arg("published")
             .arg(messages.len())
             .ignore();
-        let mut conn = self.connection().await?;
-        let ids: Vec<String> = pipe.query_async(&mut *conn).await?;
+        let mut conn = self.shared();
+        let ids: Vec<String> = pipe.query_async(&mut conn).await?;
         Ok(ids
             .into_iter()
             .map(|id| Published {
@@ -241,8 +241,8 @@ impl Store {
                 .arg(dedupe_index)
                 .arg(encode_message(message));
         }
-        let mut conn = self.connection().await?;
-        let reply: Value = invocation.invoke_async(&mut *conn).await?;
+        let mut conn = self.shared();
+        let reply: Value = invocation.invoke_async(&mut conn).await?;
         let mut reply = as_array(reply)?.into_iter();
         let now = as_int(reply.next().unwrap_or(Value::Nil))?;
         as_array(reply.next().unwrap_or(Value::Nil))?

@@ -54,56 +54,39 @@ local function end_expired(id, count)
   return wait
 end
 
--- This consumer's own leases: the ended ones are settled, and the earliest
--- remaining deadline is returned (-1 if none). An entry without a timer of
--- its own is under its batch's lease, which began when it was delivered.
-local function settle_own_leases()
-  local wait = -1
-  local mine = redis.call('XPENDING', stream, group, '-', '+', max_outstanding, consumer)
-  for _, entry in ipairs(mine) do
-    local id, idle, count = entry[1], tonumber(entry[3]), tonumber(entry[4])
-    local score = redis.call('ZSCORE', timers, id)
-    local left
-    if score then
-      left = tonumber(score) - now
-    elseif count == 1 then
-      left = lease_ms - idle
-    else
-      left = 0
-    end
-    if left <= 0 and ended < limit then
-      end_expired(id, count)
-    end
-    if wait < 0 or left < wait then wait = math.max(left, 0) end
+-- Hands this consumer a parked entry whose time has come, if it has room.
+local function claim_parked(id, count)
+  if room <= 0 or #out >= limit then return end
+  local claimed = redis.call('XCLAIM', stream, group, consumer, 0, id)[1]
+  if claimed then
+    redis.call('ZADD', timers, deadline, id)
+    out[#out + 1] = { id, count + 1, claimed[2] }
+    room = room - 1
+  else
+    -- The entry left the stream; drop what is left of its delivery.
+    redis.call('XACK', stream, group, id)
+    redis.call('ZREM', timers, id)
   end
-  return wait
 end
 
--- Ends the leases a due batch timer still covers; true when all are done.
+-- Ends the leases a due batch timer still covers (those retried at once are
+-- redelivered now); true when all are done.
 local function settle_batch(member, holder, first, last)
   local held = redis.call('XPENDING', stream, group, first, last, limit, holder)
   for _, entry in ipairs(held) do
     if ended >= limit then return false end
     local id, count = entry[1], tonumber(entry[4])
     if count == 1 and not redis.call('ZSCORE', timers, id) then
-      end_expired(id, count)
+      local wait = end_expired(id, count)
       if holder == consumer then room = room + 1 end
+      if wait == 0 then claim_parked(id, count) end
     end
   end
   return true
 end
 
+-- A full consumer still settles due timers: its own ended leases make room.
 room = max_outstanding - owned()
-
-if room <= 0 then
-  -- Full: only this consumer's own ended leases can make room.
-  settle_own_leases()
-  room = max_outstanding - owned()
-  if room <= 0 then
-    local wait = settle_own_leases() -- before `dead` is read: it may add to it
-    return { wait, out, 0, now, dead }
-  end
-end
 
 local due = redis.call('ZRANGEBYSCORE', timers, '-inf', now, 'LIMIT', 0, limit)
 for _, member in ipairs(due) do
@@ -124,18 +107,7 @@ for _, member in ipairs(due) do
         if owner == consumer then room = room + 1 end
         if wait == 0 then owner = PARKED end
       end
-      if owner == PARKED and room > 0 and #out < limit then
-        local claimed = redis.call('XCLAIM', stream, group, consumer, 0, id)[1]
-        if claimed then
-          redis.call('ZADD', timers, deadline, id)
-          out[#out + 1] = { id, count + 1, claimed[2] }
-          room = room - 1
-        else
-          -- The entry left the stream; drop what is left of its delivery.
-          redis.call('XACK', stream, group, id)
-          redis.call('ZREM', timers, id)
-        end
-      end
+      if owner == PARKED then claim_parked(id, count) end
     end
   end
 end
@@ -158,11 +130,14 @@ if room > 0 and #out < limit then
   end
 end
 
-if room <= 0 then
-  local wait = settle_own_leases()
-  return { wait, out, 0, now, dead }
-end
+-- Wait until the next timer in the future. Due timers left behind are
+-- either beyond this call's limit (come back at once) or parked entries
+-- waiting for room, which an ack brings, not the clock.
 local wait = -1
-local head = redis.call('ZRANGE', timers, 0, 0, 'WITHSCORES')
-if head[1] then wait = math.max(0, tonumber(head[2]) - now) end
-return { wait, out, room, now, dead }
+if ended >= limit then
+  wait = 0
+else
+  local next = redis.call('ZRANGEBYSCORE', timers, '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  if next[1] then wait = tonumber(next[2]) - now end
+end
+return { wait, out, math.max(room, 0), now, dead }
