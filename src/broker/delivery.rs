@@ -236,15 +236,20 @@ impl Held {
         received: Instant,
     ) -> Vec<(Entry, u32)> {
         let mut ready = Vec::with_capacity(deliveries.len());
+        let held_before = self.waiting.len();
         for (entry, attempt) in deliveries {
             match entry.due_ms.filter(|&due| due > now_ms) {
                 Some(due) => {
                     let at = received + Duration::from_millis(due - now_ms);
-                    let slot = self.waiting.partition_point(|(t, _, _)| *t <= at);
-                    self.waiting.insert(slot, (at, entry, attempt));
+                    self.waiting.push((at, entry, attempt));
                 }
                 None => ready.push((entry, attempt)),
             }
+        }
+        if self.waiting.len() > held_before {
+            // One sort of two sorted runs, not an insert (a memmove of all
+            // that is held) per delivery: thousands may be held at once.
+            self.waiting.sort_by_key(|(at, _, _)| *at);
         }
         ready
     }
