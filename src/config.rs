@@ -257,6 +257,9 @@ pub struct BenchArgs {
     /// The Redis the server uses, for the raw-Redis baselines and memory figures.
     #[arg(long, env = "REDQ_REDIS_URL", default_value = "redis://127.0.0.1:6379")]
     pub redis_url: String,
+    /// The server's metrics endpoint, read for its memory use (streams).
+    #[arg(long, default_value = "http://127.0.0.1:9090/metrics")]
+    pub metrics_url: String,
     /// A smoke run: 1,000 messages per workload (for CI; the figures mean little).
     #[arg(long)]
     pub quick: bool,
@@ -279,6 +282,9 @@ pub enum BenchScenario {
     Delayed,
     /// Redis memory per waiting and per scheduled message, beside a raw stream.
     Memory,
+    /// 1,000 Subscribe streams (10 topics × 100) under 2,000 messages/s:
+    /// Redis connections, server memory and latency, beside 10 streams.
+    Streams,
     /// Every scenario above.
     All,
 }
@@ -294,6 +300,9 @@ pub struct ServeArgs {
     /// Redis to keep messages in: redis://, rediss:// or unix:// URL.
     #[arg(long, env = "REDQ_REDIS_URL", default_value = "redis://127.0.0.1:6379")]
     pub redis_url: String,
+    /// The server's metrics endpoint, read for its memory use (streams).
+    #[arg(long, default_value = "http://127.0.0.1:9090/metrics")]
+    pub metrics_url: String,
     #[command(flatten)]
     pub settings: Settings,
 }
@@ -329,10 +338,10 @@ pub struct Settings {
     #[arg(long, env = "REDQ_DEDUPE_WINDOW", default_value = "10m", value_parser = parse_positive_duration)]
     pub dedupe_window: Duration,
     /// Promote scheduled messages this long before they are due; subscribers
-    /// hold them until then. Smooths large bursts due at one instant, but a
-    /// message this close to its due time can no longer be cancelled or
-    /// rescheduled. 0 promotes exactly at the due time.
-    #[arg(long, env = "REDQ_PROMOTE_AHEAD", default_value = "0s", value_parser = parse_promote_ahead)]
+    /// hold them until then. Spreads the work of a burst due at one instant
+    /// ahead of it, but a message this close to its due time can no longer be
+    /// cancelled or rescheduled. 0 promotes exactly at the due time.
+    #[arg(long, env = "REDQ_PROMOTE_AHEAD", default_value = "250ms", value_parser = parse_promote_ahead)]
     pub promote_ahead: Duration,
     /// Refuse publishes (RESOURCE_EXHAUSTED) while Redis uses more than this
     /// fraction of its maxmemory (no effect when maxmemory is 0).

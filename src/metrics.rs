@@ -85,6 +85,7 @@ struct Inner {
     oldest_unacked: Family<SubscriptionLabels, Gauge<f64, AtomicU64>>,
     pool_connections: Gauge,
     pool_idle: Gauge,
+    resident_memory: Gauge,
     scrape_failures: Counter,
 }
 
@@ -120,6 +121,7 @@ impl Metrics {
             oldest_unacked: Family::default(),
             pool_connections: Gauge::default(),
             pool_idle: Gauge::default(),
+            resident_memory: Gauge::default(),
             scrape_failures: Counter::default(),
         };
         let r = &mut inner.registry;
@@ -217,6 +219,11 @@ impl Metrics {
             "redq_redis_pool_idle_connections",
             "Idle connections of the Redis pool",
             inner.pool_idle.clone(),
+        );
+        r.register(
+            "process_resident_memory_bytes",
+            "Resident memory of this process, read at scrape time (Linux)",
+            inner.resident_memory.clone(),
         );
         r.register(
             "redq_metrics_scrape_failures",
@@ -337,6 +344,9 @@ impl Metrics {
         let pool = store.pool_state();
         inner.pool_connections.set(i64::from(pool.connections));
         inner.pool_idle.set(i64::from(pool.idle_connections));
+        if let Some(bytes) = resident_memory_bytes() {
+            inner.resident_memory.set(bytes);
+        }
 
         let mut topics: Vec<String> = inner
             .labelled
@@ -463,6 +473,15 @@ impl SubscriptionMetrics {
             self.dead_lettered.inc_by(count);
         }
     }
+}
+
+/// This process' resident set size, from `/proc/self/statm` (in pages).
+fn resident_memory_bytes() -> Option<i64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: i64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions; it only reads a system setting.
+    let page_size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    (page_size > 0).then(|| pages * page_size)
 }
 
 #[cfg(test)]

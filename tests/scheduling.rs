@@ -126,13 +126,15 @@ fn forget_if_past(want: &mut Expected, answered_ms: i64) {
     }
 }
 
+/// Promoted exactly at the due time (`--promote-ahead 0s`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scheduled_messages_are_never_delivered_before_due() {
-    never_delivered_before_due(&[]).await;
+    never_delivered_before_due(&["--promote-ahead", "0s"]).await;
 }
 
-/// With `--promote-ahead`, messages reach the stream early and the delivery
-/// loop holds them: they must still arrive exactly once and never early.
+/// With `--promote-ahead` (250 ms by default), messages reach the stream early
+/// and the delivery loop holds them: they must still arrive exactly once and
+/// never early.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn messages_promoted_ahead_are_still_never_delivered_before_due() {
     never_delivered_before_due(&["--promote-ahead", "700ms"]).await;
@@ -519,7 +521,7 @@ async fn three_replicas_promote_without_duplicates_or_losses() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_racing_promotion_cancels_or_delivers_exactly_once() {
-    cancel_racing_promotion(&[]).await;
+    cancel_racing_promotion(&["--promote-ahead", "0s"]).await;
 }
 
 /// Promoted ahead, a message can no longer be cancelled shortly before it is

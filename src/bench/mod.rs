@@ -2,6 +2,7 @@
 //! what they measured. Benchmarks, not tests: they assert nothing.
 
 mod delayed;
+mod streams;
 mod throughput;
 
 use crate::cli;
@@ -63,11 +64,21 @@ pub async fn run(mut args: BenchArgs) -> Result<(), BoxError> {
     if !rows.is_empty() {
         print_table(&rows);
     }
+    let scaling = if wants(BenchScenario::Streams) {
+        let (few, many) = streams::run(&args, &conn).await?;
+        streams::print(&few, &many);
+        Some((few, many))
+    } else {
+        None
+    };
     if let Some(path) = &args.json {
-        let json: Vec<_> = rows
+        let mut json: Vec<_> = rows
             .iter()
             .map(|(redq, raw)| serde_json::json!({ "redq": redq, "raw": raw }))
             .collect();
+        if let Some((few, many)) = &scaling {
+            json.push(serde_json::json!({ "streams": [few, many] }));
+        }
         std::fs::write(path, serde_json::to_string_pretty(&json)?)?;
     }
     if wants(BenchScenario::Delayed) {

@@ -94,8 +94,11 @@ impl Store {
         Ok(self.client.get_async_pubsub().await?)
     }
 
-    /// Round trip to Redis, for health checks.
+    /// Round trip to Redis on the shared connection and on the pool, for
+    /// health checks. A failed PING also makes the shared connection
+    /// reconnect, so that once this passes again client calls work too.
     pub async fn ping(&self) -> Result<()> {
+        let _: String = redis::cmd("PING").query_async(&mut self.shared()).await?;
         let mut conn = self.connection().await?;
         let _: String = redis::cmd("PING").query_async(&mut *conn).await?;
         Ok(())
