@@ -244,3 +244,85 @@ async fn consumers_of_one_subscription_share_messages_without_overlap() {
         "unexpected extra deliveries: {extra:?}"
     );
 }
+
+/// How many XREADGROUP calls Redis has served (fetch scripts make one each).
+fn xreadgroup_calls(redis: &RedisServer) -> u64 {
+    let out = std::process::Command::new("redis-cli")
+        .arg("-s")
+        .arg(redis.socket())
+        .args(["INFO", "commandstats"])
+        .output()
+        .expect("run redis-cli");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("cmdstat_xreadgroup:calls=")?
+                .split(',')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0)
+}
+
+/// Many streams of one subscription on one replica: a backlog larger than any
+/// one stream may hold reaches all of them (a stream that fills up passes the
+/// turn on), each message exactly once; and a new message wakes one idle
+/// stream, not every one of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_streams_split_a_backlog_and_one_message_wakes_one_stream() {
+    const STREAMS: usize = 40;
+    const HOLDS: u32 = 25;
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis.url(), &[]).await;
+    let mut client = server.client().await;
+
+    let mut streams = Vec::new();
+    for _ in 0..STREAMS {
+        let opts = Sub::deadline(Duration::from_secs(120)).max_outstanding(HOLDS);
+        streams.push(subscribe(&mut client, TOPIC, "workers", opts).await);
+    }
+    let total = STREAMS * HOLDS as usize;
+    let mut ids = Vec::new();
+    for batch in 0..4 {
+        ids.extend(
+            publish(
+                &mut client,
+                TOPIC,
+                payloads(&format!("b{batch}-"), total / 4),
+            )
+            .await,
+        );
+    }
+
+    // Nothing is acked: only if every stream takes its share can all arrive.
+    let got = collect_from_all(&mut streams, total, EVENTUALLY).await;
+    let all: Vec<String> = got.iter().flat_map(|s| ids_of(s)).collect();
+    assert_eq!(all.len(), total, "every message delivered once");
+    assert_eq!(
+        all.iter().collect::<HashSet<_>>(),
+        ids.iter().collect::<HashSet<_>>()
+    );
+    assert!(got.iter().all(|s| s.len() == HOLDS as usize));
+    for held in &got {
+        ack(&mut client, TOPIC, "workers", ack_ids_of(held))
+            .await
+            .expect("ack");
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // Now all idle: each message should cost a fetch or two, not one per stream.
+    let before = xreadgroup_calls(&redis);
+    const SINGLES: usize = 20;
+    for i in 0..SINGLES {
+        publish(&mut client, TOPIC, [format!("single-{i}")]).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let got = collect_from_all(&mut streams, SINGLES, EVENTUALLY).await;
+    assert_eq!(got.iter().map(Vec::len).sum::<usize>(), SINGLES);
+    let fetches = xreadgroup_calls(&redis) - before;
+    assert!(
+        fetches < (SINGLES * STREAMS / 4) as u64,
+        "{SINGLES} messages to {STREAMS} idle streams took {fetches} fetches"
+    );
+}

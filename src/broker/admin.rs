@@ -229,7 +229,9 @@ impl Broker {
             SeekTarget::Time(ms) => entry_id_before(&format!("{ms}-0")),
             SeekTarget::Message(id) => entry_id_before(id),
         };
-        self.store.seek(&keys, subscription, &last_skipped).await
+        self.store.seek(&keys, subscription, &last_skipped).await?;
+        // The subscription's streams have entries to read again.
+        self.wakeups.deliveries_returned(topic).await
     }
 
     async fn existing_topic(&self, topic: &str) -> Result<TopicKeys> {

@@ -3,11 +3,13 @@
 
 use super::Broker;
 use super::ack_id;
+use super::wakeups::RECHECK;
 use crate::error::{Error, Result};
 use crate::metrics::SubscriptionMetrics;
 use crate::store::TopicKeys;
 use crate::store::leases::{ConsumerSpec, Lease, RetryPolicy};
 use crate::store::stream::{Entry, GroupStart};
+use std::collections::VecDeque;
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -16,9 +18,7 @@ use tokio::time::Instant;
 const FETCH_LIMIT: u32 = 500;
 /// Upper bound on a response, well under gRPC's usual 4 MiB receive limit.
 const MAX_RESPONSE_BYTES: usize = 3 * 1024 * 1024;
-/// Safety net: a stream looks again at least this often, in case a hint was lost.
-const RECHECK: Duration = Duration::from_secs(5);
-/// Shortest pause between two empty fetches.
+/// Shortest wait for a timer: due timers left over are settled in batches.
 const MIN_WAIT: Duration = Duration::from_millis(5);
 
 /// What a Subscribe stream asks for, already validated.
@@ -60,7 +60,9 @@ impl DeliveryLoop {
     pub async fn run(self) {
         let broker = &self.broker;
         let keys = TopicKeys::new(&self.options.topic);
-        let mut topic = broker.wakeups.watch_topic(&self.options.topic);
+        let topic = broker
+            .wakeups
+            .watch_topic(&self.options.topic, &self.options.subscription);
         let room = broker.wakeups.register_consumer(&self.consumer);
         let spec = ConsumerSpec {
             keys: &keys,
@@ -77,6 +79,9 @@ impl DeliveryLoop {
             .metrics
             .subscription(&self.options.topic, &self.options.subscription);
         let mut clock = RedisClock::default();
+        // When this stream's batches' leases end, oldest first: a full stream
+        // waits for its own leases, not for the subscription's turns.
+        let mut lease_ends: VecDeque<Instant> = VecDeque::new();
         tracing::debug!("stream opened");
         loop {
             if !self
@@ -85,7 +90,6 @@ impl DeliveryLoop {
             {
                 break;
             }
-            topic.mark_seen();
             let fetched = tokio::select! {
                 _ = broker.shutdown.cancelled() => break,
                 fetched = broker.store.fetch(&spec, limit) => fetched,
@@ -109,24 +113,42 @@ impl DeliveryLoop {
             if !self.send(ready, &metrics, &clock).await {
                 break;
             }
+            if count > 0 {
+                lease_ends.push_back(received + spec.lease);
+            }
+            // Full batch, or full stream with more to take: let another stream help.
+            if count >= limit || (count > 0 && !fetched.has_room) {
+                topic.pass_turn();
+            }
             if count >= limit {
                 continue; // more may be waiting
             }
-            let recheck = fetched
-                .next_expiry
-                .unwrap_or(RECHECK)
-                .clamp(MIN_WAIT, RECHECK);
-            let wake_at = held.next_release().map_or(Instant::now() + recheck, |at| {
-                at.min(Instant::now() + recheck)
+            if let Some(expiry) = fetched.next_expiry {
+                topic.timer_at(received + expiry.max(MIN_WAIT));
+            }
+            let now = Instant::now();
+            while lease_ends.front().is_some_and(|&end| end <= now) {
+                lease_ends.pop_front();
+            }
+            // A full stream waits for room (an ack), for its own leases to end,
+            // or, if a hint was lost, for the safety net.
+            let room_check = (!fetched.has_room).then(|| {
+                lease_ends
+                    .front()
+                    .map_or(now + RECHECK, |&end| end.min(now + RECHECK))
             });
+            let wake_at = [held.next_release(), room_check]
+                .into_iter()
+                .flatten()
+                .min();
             tokio::select! {
                 _ = broker.shutdown.cancelled() => break,
                 _ = self.sender.closed() => break,
-                _ = topic.changed() => {}
+                _ = topic.my_turn(), if fetched.has_room => {}
                 // Acks matter only to a full stream; one with room would
                 // fetch again for nothing on each of them.
                 _ = room.notified(), if !fetched.has_room => {}
-                _ = tokio::time::sleep_until(wake_at) => {}
+                _ = sleep_until_some(wake_at) => {}
             }
         }
         if broker.shutdown.is_cancelled() {
@@ -192,6 +214,14 @@ impl DeliveryLoop {
             }
         }
         true
+    }
+}
+
+/// Sleeps until `at`, or forever when None.
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 

@@ -2,8 +2,12 @@
 //! polling and without a Redis connection of its own.
 //!
 //! - New entries: one watcher per topic with local subscribers blocks on
-//!   `XREAD` on a dedicated connection and bumps a `watch` channel that every
-//!   local stream of the topic waits on.
+//!   `XREAD` on a dedicated connection and gives the turn to one idle local
+//!   stream of each subscription (see [`Turns`]), not to all of them: a
+//!   hundred streams of one subscription would otherwise make a hundred
+//!   fetches for each message, ninety-nine of them empty.
+//! - Timers (ended leases, retries due): each subscription's earliest timer,
+//!   as fetches report it, gives the turn to one idle stream when it falls due.
 //! - Room freed by an ack: the consumer's own `Notify` when it lives here,
 //!   else a hint to the other replicas.
 //! - Deliveries handed back (nack): the topic's channel here, and a hint.
@@ -19,12 +23,16 @@ use futures::StreamExt;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::{Notify, watch};
+use tokio::sync::Notify;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 const RETRY_MIN: Duration = Duration::from_millis(100);
 const RETRY_MAX: Duration = Duration::from_secs(5);
+/// Safety net: each subscription's streams look again at least this often,
+/// in case a hint was lost.
+pub const RECHECK: Duration = Duration::from_secs(5);
 
 #[derive(Clone)]
 pub struct Wakeups {
@@ -39,15 +47,37 @@ struct Inner {
 }
 
 struct TopicWatcher {
-    changes: watch::Sender<u64>,
+    subscriptions: Arc<Mutex<HashMap<String, Subscription>>>,
     subscribers: usize,
     task: JoinHandle<()>,
 }
 
-/// A local stream's view of its topic; stops the watcher when the last one drops.
+/// The local streams of one subscription: their turns, and the timer task
+/// that hands one out when the subscription's earliest timer falls due.
+struct Subscription {
+    turns: Arc<Turns>,
+    streams: usize,
+    timer: JoinHandle<()>,
+}
+
+/// Whose turn it is to fetch for one subscription on this replica. New
+/// entries and due timers wake one idle stream (first come, first served); a
+/// stream that found more than it could take passes the turn on, so a
+/// backlog still spreads over every stream.
+#[derive(Default)]
+pub struct Turns {
+    turn: Notify,
+    /// The earliest timer a fetch reported, not yet due.
+    timer: Mutex<Option<Instant>>,
+    timer_moved: Notify,
+}
+
+/// A local stream's view of its topic and subscription; stops the watchers
+/// when the last one drops.
 pub struct TopicWatch {
-    changes: watch::Receiver<u64>,
+    turns: Arc<Turns>,
     topic: String,
+    subscription: String,
     wakeups: Wakeups,
 }
 
@@ -102,26 +132,40 @@ impl Wakeups {
         }
     }
 
-    /// Starts (or joins) the watcher of `topic`'s stream.
-    pub fn watch_topic(&self, topic: &str) -> TopicWatch {
+    /// Starts (or joins) the watcher of `topic`'s stream, for a stream of
+    /// `subscription`.
+    pub fn watch_topic(&self, topic: &str, subscription: &str) -> TopicWatch {
         let mut topics = self.inner.topics.lock().expect("wakeups lock");
         let watcher = topics.entry(topic.to_owned()).or_insert_with(|| {
-            let (changes, _) = watch::channel(0);
+            let subscriptions = Arc::new(Mutex::new(HashMap::new()));
             let task = tokio::spawn(watch_stream(
                 self.inner.store.clone(),
                 TopicKeys::new(topic),
-                changes.clone(),
+                subscriptions.clone(),
             ));
             TopicWatcher {
-                changes,
+                subscriptions,
                 subscribers: 0,
                 task,
             }
         });
         watcher.subscribers += 1;
+        let mut subscriptions = watcher.subscriptions.lock().expect("wakeups lock");
+        let local = subscriptions
+            .entry(subscription.to_owned())
+            .or_insert_with(|| {
+                let turns = Arc::new(Turns::default());
+                Subscription {
+                    timer: tokio::spawn(run_timer(turns.clone())),
+                    turns,
+                    streams: 0,
+                }
+            });
+        local.streams += 1;
         TopicWatch {
-            changes: watcher.changes.subscribe(),
+            turns: local.turns.clone(),
             topic: topic.to_owned(),
+            subscription: subscription.to_owned(),
             wakeups: self.clone(),
         }
     }
@@ -182,13 +226,13 @@ impl Wakeups {
 
     fn wake_topic(&self, topic: &str) {
         if let Some(watcher) = self.inner.topics.lock().expect("wakeups lock").get(topic) {
-            watcher.changes.send_modify(|n| *n += 1);
+            give_turns(&watcher.subscriptions);
         }
     }
 
     fn wake_everything(&self) {
         for watcher in self.inner.topics.lock().expect("wakeups lock").values() {
-            watcher.changes.send_modify(|n| *n += 1);
+            give_turns(&watcher.subscriptions);
         }
         for notify in self.inner.consumers.lock().expect("wakeups lock").values() {
             notify.notify_one();
@@ -253,12 +297,23 @@ impl Wakeups {
     }
 }
 
-/// Bumps `changes` whenever the topic's stream gets a new entry, reconnecting
+/// Gives one idle stream of each local subscription its turn.
+fn give_turns(subscriptions: &Mutex<HashMap<String, Subscription>>) {
+    for local in subscriptions.lock().expect("wakeups lock").values() {
+        local.turns.turn.notify_one();
+    }
+}
+
+/// Gives out turns whenever the topic's stream gets a new entry, reconnecting
 /// with backoff for as long as the topic has local subscribers.
-async fn watch_stream(store: Store, keys: TopicKeys, changes: watch::Sender<u64>) {
+async fn watch_stream(
+    store: Store,
+    keys: TopicKeys,
+    subscriptions: Arc<Mutex<HashMap<String, Subscription>>>,
+) {
     let mut retry = RETRY_MIN;
     loop {
-        let Err(err) = follow_stream(&store, &keys, &changes, &mut retry).await;
+        let Err(err) = follow_stream(&store, &keys, &subscriptions, &mut retry).await;
         tracing::debug!(error = ?err, stream = %keys.stream(), "stream watcher reconnecting");
         tokio::time::sleep(retry).await;
         retry = (retry * 2).min(RETRY_MAX);
@@ -268,19 +323,42 @@ async fn watch_stream(store: Store, keys: TopicKeys, changes: watch::Sender<u64>
 async fn follow_stream(
     store: &Store,
     keys: &TopicKeys,
-    changes: &watch::Sender<u64>,
+    subscriptions: &Mutex<HashMap<String, Subscription>>,
     retry: &mut Duration,
 ) -> Result<std::convert::Infallible> {
     let mut conn = store.blocking_connection().await?;
     let mut last = store.last_entry_id(&mut conn, keys).await?;
     *retry = RETRY_MIN;
     // Entries may have arrived while this watcher was (re)connecting.
-    changes.send_modify(|n| *n += 1);
+    give_turns(subscriptions);
     loop {
         if store.wait_for_entry_after(&mut conn, keys, &last).await? {
             // Skip to the newest entry: the streams fetch in batches anyway.
             last = store.last_entry_id(&mut conn, keys).await?;
-            changes.send_modify(|n| *n += 1);
+            give_turns(subscriptions);
+        }
+    }
+}
+
+/// Gives one idle stream the turn when the subscription's earliest timer
+/// falls due, and at least every [`RECHECK`].
+async fn run_timer(turns: Arc<Turns>) {
+    loop {
+        let recheck = Instant::now() + RECHECK;
+        let at = turns
+            .timer
+            .lock()
+            .expect("timer lock")
+            .map_or(recheck, |at| at.min(recheck));
+        tokio::select! {
+            _ = tokio::time::sleep_until(at) => {
+                let mut timer = turns.timer.lock().expect("timer lock");
+                if timer.is_some_and(|t| t <= Instant::now()) {
+                    *timer = None;
+                }
+                turns.turn.notify_one();
+            }
+            _ = turns.timer_moved.notified() => {}
         }
     }
 }
@@ -296,15 +374,25 @@ async fn sleep_or_shutdown(retry: &mut Duration, shutdown: &CancellationToken) -
 }
 
 impl TopicWatch {
-    /// Marks the current state seen; [`Self::changed`] then waits for the next change.
-    pub fn mark_seen(&mut self) {
-        self.changes.borrow_and_update();
+    /// Resolves when it is this stream's turn to fetch: new entries, a timer
+    /// fell due, or another stream passed the turn on.
+    pub async fn my_turn(&self) {
+        self.turns.turn.notified().await
     }
 
-    /// Resolves once the topic changed after the last [`Self::mark_seen`].
-    pub async fn changed(&mut self) {
-        if self.changes.changed().await.is_err() {
-            std::future::pending::<()>().await;
+    /// Lets one more idle stream of the subscription fetch: this one found
+    /// more than it could take.
+    pub fn pass_turn(&self) {
+        self.turns.turn.notify_one();
+    }
+
+    /// Records that the subscription has a timer due at `at` (an ended lease
+    /// or a retry), so that a stream gets the turn then.
+    pub fn timer_at(&self, at: Instant) {
+        let mut timer = self.turns.timer.lock().expect("timer lock");
+        if timer.is_none_or(|t| at < t) {
+            *timer = Some(at);
+            self.turns.timer_moved.notify_one();
         }
     }
 }
@@ -312,12 +400,23 @@ impl TopicWatch {
 impl Drop for TopicWatch {
     fn drop(&mut self) {
         let mut topics = self.wakeups.inner.topics.lock().expect("wakeups lock");
-        if let Some(watcher) = topics.get_mut(&self.topic) {
-            watcher.subscribers -= 1;
-            if watcher.subscribers == 0 {
-                watcher.task.abort();
-                topics.remove(&self.topic);
+        let Some(watcher) = topics.get_mut(&self.topic) else {
+            return;
+        };
+        {
+            let mut subscriptions = watcher.subscriptions.lock().expect("wakeups lock");
+            if let Some(local) = subscriptions.get_mut(&self.subscription) {
+                local.streams -= 1;
+                if local.streams == 0 {
+                    local.timer.abort();
+                    subscriptions.remove(&self.subscription);
+                }
             }
+        }
+        watcher.subscribers -= 1;
+        if watcher.subscribers == 0 {
+            watcher.task.abort();
+            topics.remove(&self.topic);
         }
     }
 }
