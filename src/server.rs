@@ -89,9 +89,6 @@ pub async fn run(
         .max_decoding_message_size(max_request);
 
     let grpc_server = tonic::transport::Server::builder()
-        // HTTP/2's default 64 KiB window would stall a batch of a thousand
-        // messages on window updates; size it to the connection instead.
-        .http2_adaptive_window(Some(true))
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)

@@ -21,7 +21,21 @@ const BATCH: usize = 1000;
 /// Parallel Subscribe streams of the one subscription.
 const SUBSCRIBERS: usize = 4;
 
-pub async fn run(client: QueueServiceClient<Channel>, args: &BenchArgs) -> Result<(), BoxError> {
+/// Lateness of one workload, for `--json`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Lateness {
+    pub workload: String,
+    pub messages: usize,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+    pub last_after_last_due_ms: f64,
+}
+
+pub async fn run(
+    client: QueueServiceClient<Channel>,
+    args: &BenchArgs,
+) -> Result<Vec<Lateness>, BoxError> {
     println!(
         "redq bench delayed: {} messages of {} B, server {}",
         args.count, args.payload_size, args.server
@@ -31,6 +45,7 @@ pub async fn run(client: QueueServiceClient<Channel>, args: &BenchArgs) -> Resul
     println!();
     println!("| workload | messages | lateness p50 | p99 | max | last arrival after last due |");
     println!("|---|---:|---:|---:|---:|---:|");
+    let mut results = Vec::new();
     for (name, result) in [
         ("all due at one instant".to_owned(), instant),
         (
@@ -46,8 +61,16 @@ pub async fn run(client: QueueServiceClient<Channel>, args: &BenchArgs) -> Resul
             result.lateness.max,
             result.last_ms
         );
+        results.push(Lateness {
+            workload: name,
+            messages: result.received,
+            p50_ms: result.lateness.p50,
+            p99_ms: result.lateness.p99,
+            max_ms: result.lateness.max,
+            last_after_last_due_ms: result.last_ms,
+        });
     }
-    Ok(())
+    Ok(results)
 }
 
 struct Outcome {

@@ -71,6 +71,11 @@ pub async fn run(mut args: BenchArgs) -> Result<(), BoxError> {
     } else {
         None
     };
+    let lateness = if wants(BenchScenario::Delayed) {
+        Some(delayed::run(client, &args).await?)
+    } else {
+        None
+    };
     if let Some(path) = &args.json {
         let mut json: Vec<_> = rows
             .iter()
@@ -79,10 +84,10 @@ pub async fn run(mut args: BenchArgs) -> Result<(), BoxError> {
         if let Some((few, many)) = &scaling {
             json.push(serde_json::json!({ "streams": [few, many] }));
         }
+        if let Some(lateness) = &lateness {
+            json.push(serde_json::json!({ "delayed": lateness }));
+        }
         std::fs::write(path, serde_json::to_string_pretty(&json)?)?;
-    }
-    if wants(BenchScenario::Delayed) {
-        delayed::run(client, &args).await?;
     }
     Ok(())
 }

@@ -79,10 +79,7 @@ fn unless_stdout_closed(result: Result<(), BoxError>) -> Result<(), BoxError> {
 pub async fn connect(server: &str) -> Result<Channel, BoxError> {
     let endpoint = Endpoint::from_shared(server.to_string())
         .map_err(|e| format!("--server {server}: {}", chain(&e)))?
-        .connect_timeout(Duration::from_secs(10))
-        // As gRPC's own clients do (BDP probing): a fixed 64 KiB HTTP/2
-        // window would stall large Subscribe responses on window updates.
-        .http2_adaptive_window(true);
+        .connect_timeout(Duration::from_secs(10));
     endpoint
         .connect()
         .await
