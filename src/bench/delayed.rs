@@ -6,7 +6,7 @@
 //! set by the server from Redis' clock, which is this machine's clock when
 //! the benchmark runs beside the server).
 
-use super::{Percentiles, fresh_topic};
+use super::{Percentiles, ack, fresh_topic, subscribe};
 use crate::config::BenchArgs;
 use crate::pb;
 use crate::pb::queue_service_client::QueueServiceClient;
@@ -158,23 +158,11 @@ async fn workload(
 
 /// Opens one Subscribe stream; reports (arrival µs, due µs) of each message and acks it.
 async fn spawn_subscriber(
-    mut client: QueueServiceClient<Channel>,
+    client: QueueServiceClient<Channel>,
     topic: String,
     arrivals: mpsc::UnboundedSender<(u64, u64)>,
 ) -> Result<(), BoxError> {
-    let mut stream = client
-        .subscribe(pb::SubscribeRequest {
-            topic: topic.clone(),
-            subscription: "bench".into(),
-            max_outstanding_messages: 5000,
-            ack_deadline: Some(prost_types::Duration {
-                seconds: 60,
-                nanos: 0,
-            }),
-            ..Default::default()
-        })
-        .await?
-        .into_inner();
+    let mut stream = subscribe(&client, &topic, 5000).await?;
     tokio::spawn(async move {
         while let Ok(Some(response)) = stream.message().await {
             let arrived = now_us();
@@ -187,13 +175,8 @@ async fn spawn_subscriber(
                 let _ = arrivals.send((arrived, due));
                 ack_ids.push(received.ack_id);
             }
-            let mut acker = client.clone();
-            let request = pb::AckRequest {
-                topic: topic.clone(),
-                subscription: "bench".into(),
-                ack_ids,
-            };
-            tokio::spawn(async move { acker.ack(request).await });
+            let (client, topic) = (client.clone(), topic.clone());
+            tokio::spawn(async move { ack(client, &topic, ack_ids).await });
         }
     });
     Ok(())

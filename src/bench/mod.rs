@@ -7,9 +7,13 @@ mod throughput;
 
 use crate::cli;
 use crate::config::{BenchArgs, BenchScenario};
+use crate::pb;
+use crate::pb::queue_service_client::QueueServiceClient;
 use crate::server::BoxError;
-use std::time::Duration;
+use bytes::Bytes;
+use std::time::{Duration, Instant};
 use throughput::Row;
+use tonic::transport::Channel;
 
 pub async fn run(mut args: BenchArgs) -> Result<(), BoxError> {
     if args.quick {
@@ -143,6 +147,89 @@ fn print_table(rows: &[(Row, Option<Row>)]) {
             ratio
         );
     }
+}
+
+/// Opens a Subscribe stream of the subscription `bench` with a 60 s ack
+/// deadline; `max_outstanding` 0 takes the server's default.
+async fn subscribe(
+    client: &QueueServiceClient<Channel>,
+    topic: &str,
+    max_outstanding: u32,
+) -> Result<tonic::Streaming<pb::SubscribeResponse>, BoxError> {
+    Ok(client
+        .clone()
+        .subscribe(pb::SubscribeRequest {
+            topic: topic.to_owned(),
+            subscription: "bench".into(),
+            max_outstanding_messages: max_outstanding,
+            ack_deadline: Some(prost_types::Duration {
+                seconds: 60,
+                nanos: 0,
+            }),
+            ..Default::default()
+        })
+        .await?
+        .into_inner())
+}
+
+/// Acknowledges deliveries of the subscription `bench`.
+async fn ack(
+    mut client: QueueServiceClient<Channel>,
+    topic: &str,
+    ack_ids: Vec<String>,
+) -> Result<(), tonic::Status> {
+    client
+        .ack(pb::AckRequest {
+            topic: topic.to_owned(),
+            subscription: "bench".into(),
+            ack_ids,
+        })
+        .await?;
+    Ok(())
+}
+
+/// A payload of `size` bytes (at least 8) whose first 8 carry the time since
+/// `epoch` it was made, so a latency needs no table shared with the sender.
+fn stamped_payload(epoch: Instant, size: usize) -> Bytes {
+    let mut payload = vec![b'x'; size.max(8)];
+    let sent = epoch.elapsed().as_micros() as u64;
+    payload[..8].copy_from_slice(&sent.to_le_bytes());
+    Bytes::from(payload)
+}
+
+/// Time from the making of a [`stamped_payload`] to now; None for another payload.
+fn since_stamp(epoch: Instant, payload: &[u8]) -> Option<Duration> {
+    let sent = u64::from_le_bytes(payload.get(..8)?.try_into().ok()?);
+    let now = epoch.elapsed().as_micros() as u64;
+    Some(Duration::from_micros(now.saturating_sub(sent)))
+}
+
+/// Publishes `count` stamped messages to `topic`, one per call, `per_second`
+/// of them a second.
+fn publish_steadily(
+    mut client: QueueServiceClient<Channel>,
+    topic: String,
+    per_second: u64,
+    count: usize,
+    epoch: Instant,
+    size: usize,
+) -> tokio::task::JoinHandle<Result<(), tonic::Status>> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_micros(1_000_000 / per_second.max(1)));
+        for _ in 0..count {
+            tick.tick().await;
+            client
+                .publish(pb::PublishRequest {
+                    topic: topic.clone(),
+                    messages: vec![pb::PublishMessage {
+                        payload: stamped_payload(epoch, size),
+                        ..Default::default()
+                    }],
+                })
+                .await?;
+        }
+        Ok(())
+    })
 }
 
 /// A topic name no earlier run used, so each run starts from a clean topic.

@@ -3,7 +3,7 @@
 //! publish load: the Redis connections they cost, the server's memory, and
 //! delivery latency beside the same load delivered to one stream per topic.
 
-use super::{Percentiles, fresh_topic};
+use super::{Percentiles, ack, fresh_topic, publish_steadily, since_stamp, subscribe};
 use crate::cli;
 use crate::config::BenchArgs;
 use crate::pb;
@@ -85,19 +85,7 @@ async fn load(
         // connection (often at 100 to 200), and real subscribers are many processes.
         let client = cli::queue_client(cli::connect(&args.server).await?);
         for _ in 0..per_topic {
-            let stream = client
-                .clone()
-                .subscribe(pb::SubscribeRequest {
-                    topic: topic.clone(),
-                    subscription: "bench".into(),
-                    ack_deadline: Some(prost_types::Duration {
-                        seconds: 60,
-                        nanos: 0,
-                    }),
-                    ..Default::default()
-                })
-                .await?
-                .into_inner();
+            let stream = subscribe(&client, &topic, 0).await?;
             receivers.push(tokio::spawn(receive(
                 stream,
                 client.clone(),
@@ -118,33 +106,19 @@ async fn load(
     let per_topic_rate = (RATE / topics as u64).max(1);
     let per_topic_count = (per_topic_rate as f64 * load_for.as_secs_f64()) as usize;
     let total = per_topic_count * topics;
-    let size = args.payload_size.max(8);
     let sending: Vec<_> = names
         .iter()
         .zip(publishers)
-        .map(|(topic, mut client)| {
-            let topic = topic.clone();
-            tokio::spawn(async move {
-                let mut tick =
-                    tokio::time::interval(Duration::from_micros(1_000_000 / per_topic_rate));
-                for _ in 0..per_topic_count {
-                    tick.tick().await;
-                    // The send time travels in the payload: no shared table to race.
-                    let mut payload = vec![b'x'; size];
-                    let sent = epoch.elapsed().as_micros() as u64;
-                    payload[..8].copy_from_slice(&sent.to_le_bytes());
-                    client
-                        .publish(pb::PublishRequest {
-                            topic: topic.clone(),
-                            messages: vec![pb::PublishMessage {
-                                payload: Bytes::from(payload),
-                                ..Default::default()
-                            }],
-                        })
-                        .await?;
-                }
-                Ok::<_, tonic::Status>(())
-            })
+        .map(|(topic, client)| {
+            let size = args.payload_size;
+            publish_steadily(
+                client,
+                topic.clone(),
+                per_topic_rate,
+                per_topic_count,
+                epoch,
+                size,
+            )
         })
         .collect();
 
@@ -190,30 +164,21 @@ async fn load(
 /// Reads one stream, reporting each message's latency, and acks what it got.
 async fn receive(
     mut stream: tonic::Streaming<pb::SubscribeResponse>,
-    mut client: Client,
+    client: Client,
     topic: String,
     epoch: Instant,
     arrivals: mpsc::UnboundedSender<Duration>,
 ) {
     while let Ok(Some(response)) = stream.message().await {
-        let now = epoch.elapsed().as_micros() as u64;
         let mut ack_ids = Vec::with_capacity(response.messages.len());
         for received in response.messages {
             let payload = received.message.map(|m| m.payload).unwrap_or_default();
-            if let Some(sent) = payload.get(..8) {
-                let sent = u64::from_le_bytes(sent.try_into().unwrap_or_default());
-                let _ = arrivals.send(Duration::from_micros(now.saturating_sub(sent)));
+            if let Some(latency) = since_stamp(epoch, &payload) {
+                let _ = arrivals.send(latency);
             }
             ack_ids.push(received.ack_id);
         }
-        let acked = client
-            .ack(pb::AckRequest {
-                topic: topic.clone(),
-                subscription: "bench".into(),
-                ack_ids,
-            })
-            .await;
-        if acked.is_err() {
+        if ack(client.clone(), &topic, ack_ids).await.is_err() {
             break;
         }
     }

@@ -3,7 +3,7 @@
 //! on raw Redis where one exists, measured in the same run so that the ratio
 //! compares across noisy machines.
 
-use super::{Percentiles, fresh_topic};
+use super::{Percentiles, ack, fresh_topic, publish_steadily, since_stamp, subscribe};
 use crate::config::BenchArgs;
 use crate::pb;
 use crate::pb::queue_service_client::QueueServiceClient;
@@ -213,7 +213,7 @@ pub async fn consume(client: &Client, args: &BenchArgs) -> Result<Row, BoxError>
     let topic = fresh_topic("consume");
     let payload = payload(args);
     // The subscription exists before the backlog, so it reads all of it.
-    let mut first = Some(open(client, &topic).await?);
+    let mut first = Some(subscribe(client, &topic, 2000).await?);
     for start in (0..args.count).step_by(BATCH) {
         client
             .clone()
@@ -228,22 +228,16 @@ pub async fn consume(client: &Client, args: &BenchArgs) -> Result<Row, BoxError>
     for _ in 0..CONSUMERS {
         let stream = match first.take() {
             Some(stream) => stream,
-            None => open(client, &topic).await?,
+            None => subscribe(client, &topic, 2000).await?,
         };
-        let (mut client, topic, done) = (client.clone(), topic.clone(), done.clone());
+        let (client, topic, done) = (client.clone(), topic.clone(), done.clone());
         tokio::spawn(async move {
             let mut stream = stream;
             while let Ok(Some(response)) = stream.message().await {
                 let ack_ids: Vec<String> =
                     response.messages.into_iter().map(|m| m.ack_id).collect();
                 let n = ack_ids.len();
-                let acked = client
-                    .ack(pb::AckRequest {
-                        topic: topic.clone(),
-                        subscription: "bench".into(),
-                        ack_ids,
-                    })
-                    .await;
+                let acked = ack(client.clone(), &topic, ack_ids).await;
                 if acked.is_err() || done.send(n).is_err() {
                     break;
                 }
@@ -267,26 +261,6 @@ pub async fn consume(client: &Client, args: &BenchArgs) -> Result<Row, BoxError>
     ))
 }
 
-async fn open(
-    client: &Client,
-    topic: &str,
-) -> Result<tonic::Streaming<pb::SubscribeResponse>, BoxError> {
-    Ok(client
-        .clone()
-        .subscribe(pb::SubscribeRequest {
-            topic: topic.to_owned(),
-            subscription: "bench".into(),
-            max_outstanding_messages: 2000,
-            ack_deadline: Some(prost_types::Duration {
-                seconds: 60,
-                nanos: 0,
-            }),
-            ..Default::default()
-        })
-        .await?
-        .into_inner())
-}
-
 /// redq: publish → handler latency at a steady 2,000 messages/s, from the
 /// start of the Publish call to the arrival of the message; the send time
 /// travels in the first 8 bytes of the payload.
@@ -294,58 +268,32 @@ pub async fn end_to_end(client: &Client, args: &BenchArgs) -> Result<Row, BoxErr
     const RATE: u64 = 2000;
     let topic = fresh_topic("e2e");
     let n = args.count.min(RATE as usize * 10);
-    let mut stream = open(client, &topic).await?;
+    let mut stream = subscribe(client, &topic, 2000).await?;
     let epoch = Instant::now();
-    let size = args.payload_size.max(8);
-    let publisher = {
-        let (mut client, topic) = (client.clone(), topic.clone());
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_micros(1_000_000 / RATE));
-            for _ in 0..n {
-                tick.tick().await;
-                let mut payload = vec![b'x'; size];
-                let sent = epoch.elapsed().as_micros() as u64;
-                payload[..8].copy_from_slice(&sent.to_le_bytes());
-                client
-                    .publish(pb::PublishRequest {
-                        topic: topic.clone(),
-                        messages: vec![pb::PublishMessage {
-                            payload: Bytes::from(payload),
-                            ..Default::default()
-                        }],
-                    })
-                    .await?;
-            }
-            Ok::<_, tonic::Status>(())
-        })
-    };
+    let publisher = publish_steadily(
+        client.clone(),
+        topic.clone(),
+        RATE,
+        n,
+        epoch,
+        args.payload_size,
+    );
     let mut latencies = Vec::with_capacity(n);
     let started = Instant::now();
-    let mut acker = client.clone();
     while latencies.len() < n {
         let response = tokio::time::timeout(args.timeout, stream.message())
             .await
             .map_err(|_| format!("e2e: only {} of {n} arrived", latencies.len()))??
             .ok_or("e2e: stream ended")?;
-        let arrived = epoch.elapsed().as_micros() as u64;
         let mut ack_ids = Vec::new();
         for received in response.messages {
             let payload = received.message.map(|m| m.payload).unwrap_or_default();
-            let sent = payload
-                .get(..8)
-                .and_then(|b| b.try_into().ok())
-                .map(u64::from_le_bytes)
-                .ok_or("e2e: a payload without its send time")?;
-            latencies.push(Duration::from_micros(arrived.saturating_sub(sent)));
+            let latency =
+                since_stamp(epoch, &payload).ok_or("e2e: a payload without its send time")?;
+            latencies.push(latency);
             ack_ids.push(received.ack_id);
         }
-        acker
-            .ack(pb::AckRequest {
-                topic: topic.clone(),
-                subscription: "bench".into(),
-                ack_ids,
-            })
-            .await?;
+        ack(client.clone(), &topic, ack_ids).await?;
     }
     publisher.await??;
     Ok(Row::new(
@@ -405,7 +353,7 @@ pub async fn memory(
         ("redq scheduled message", Some(Duration::from_secs(3600))),
     ] {
         let topic = fresh_topic("memory");
-        let _stream = open(client, &topic).await?; // a subscription that reads nothing yet
+        let _stream = subscribe(client, &topic, 2000).await?; // a subscription that reads nothing yet
         drop(_stream);
         let before = used(conn.clone()).await?;
         for start in (0..args.count).step_by(BATCH) {
