@@ -7,6 +7,7 @@
 //! the benchmark runs beside the server).
 
 use super::{Percentiles, ack, fresh_topic, subscribe};
+use crate::cli::progress_bar;
 use crate::config::BenchArgs;
 use crate::pb;
 use crate::pb::queue_service_client::QueueServiceClient;
@@ -132,6 +133,7 @@ async fn workload(
         scheduled_in.as_secs_f64() * 1000.0
     );
 
+    let bar = progress_bar(args.count as u64, "delayed");
     let mut lateness = Vec::with_capacity(args.count);
     let mut last_arrival = 0;
     let deadline = tokio::time::Instant::now() + lead + spread + args.timeout;
@@ -146,8 +148,10 @@ async fn workload(
             .into());
         };
         lateness.push(Duration::from_micros(arrived_ms.saturating_sub(due_ms)));
+        bar.inc(1);
         last_arrival = last_arrival.max(arrived_ms);
     }
+    bar.finish_and_clear();
     let last_due_us = due_of(count - 1) * 1000;
     Ok(Outcome {
         received: lateness.len(),

@@ -4,7 +4,7 @@
 //! delivery latency beside the same load delivered to one stream per topic.
 
 use super::{Percentiles, ack, fresh_topic, publish_steadily, since_stamp, subscribe};
-use crate::cli;
+use crate::cli::{self, progress_bar};
 use crate::config::BenchArgs;
 use crate::pb;
 use crate::pb::queue_service_client::QueueServiceClient;
@@ -122,12 +122,16 @@ async fn load(
         })
         .collect();
 
+    let bar = progress_bar(total as u64, &format!("streams: {}", topics * per_topic));
     let mut latencies = Vec::with_capacity(total);
     let deadline = tokio::time::Instant::now() + load_for + args.timeout;
     let mut rss = None;
     while latencies.len() < total {
         match tokio::time::timeout_at(deadline, arrived.recv()).await {
-            Ok(Some(latency)) => latencies.push(latency),
+            Ok(Some(latency)) => {
+                latencies.push(latency);
+                bar.inc(1);
+            }
             _ => {
                 return Err(format!(
                     "streams: only {} of {total} messages arrived",
@@ -143,6 +147,7 @@ async fn load(
     for publisher in sending {
         publisher.await??;
     }
+    bar.finish_and_clear();
     // Ends the streams (and the server's watchers with them).
     for receiver in receivers {
         receiver.abort();

@@ -4,6 +4,7 @@
 //! compares across noisy machines.
 
 use super::{Percentiles, ack, fresh_topic, publish_steadily, since_stamp, subscribe};
+use crate::cli::progress_bar;
 use crate::config::BenchArgs;
 use crate::pb;
 use crate::pb::queue_service_client::QueueServiceClient;
@@ -66,6 +67,7 @@ fn messages(payload: &Bytes, n: usize) -> Vec<pb::PublishMessage> {
 pub async fn publish_batch(client: &Client, args: &BenchArgs) -> Result<Row, BoxError> {
     let topic = fresh_topic("publish-batch");
     let payload = payload(args);
+    let bar = progress_bar(args.count as u64, "publish-batch");
     let mut latencies = Vec::new();
     let started = Instant::now();
     for start in (0..args.count).step_by(BATCH) {
@@ -79,7 +81,9 @@ pub async fn publish_batch(client: &Client, args: &BenchArgs) -> Result<Row, Box
             })
             .await?;
         latencies.push(call.elapsed());
+        bar.inc(n as u64);
     }
+    bar.finish_and_clear();
     Ok(Row::new(
         "redq publish, batches of 1000",
         args.count,
@@ -126,11 +130,12 @@ pub async fn raw_publish_batch(
 pub async fn publish_unary(client: &Client, args: &BenchArgs) -> Result<Row, BoxError> {
     let topic = fresh_topic("publish-unary");
     let payload = payload(args);
+    let bar = progress_bar(args.count as u64, "publish-unary");
     let started = Instant::now();
     let tasks: Vec<_> = (0..IN_FLIGHT)
         .map(|task| {
             let mut client = client.clone();
-            let (topic, payload) = (topic.clone(), payload.clone());
+            let (topic, payload, bar) = (topic.clone(), payload.clone(), bar.clone());
             let n = args.count / IN_FLIGHT + usize::from(task < args.count % IN_FLIGHT);
             tokio::spawn(async move {
                 let mut latencies = Vec::with_capacity(n);
@@ -143,6 +148,7 @@ pub async fn publish_unary(client: &Client, args: &BenchArgs) -> Result<Row, Box
                         })
                         .await?;
                     latencies.push(call.elapsed());
+                    bar.inc(1);
                 }
                 Ok::<_, tonic::Status>(latencies)
             })
@@ -152,6 +158,7 @@ pub async fn publish_unary(client: &Client, args: &BenchArgs) -> Result<Row, Box
     for task in tasks {
         latencies.extend(task.await??);
     }
+    bar.finish_and_clear();
     Ok(Row::new(
         "redq publish, 1 per call, 50 in flight",
         args.count,
@@ -245,14 +252,19 @@ pub async fn consume(client: &Client, args: &BenchArgs) -> Result<Row, BoxError>
         });
     }
     drop(done);
+    let bar = progress_bar(args.count as u64, "consume");
     let mut total = 0;
     let deadline = tokio::time::Instant::now() + args.timeout + Duration::from_secs(60);
     while total < args.count {
         match tokio::time::timeout_at(deadline, received.recv()).await {
-            Ok(Some(n)) => total += n,
+            Ok(Some(n)) => {
+                total += n;
+                bar.inc(n as u64);
+            }
             _ => return Err(format!("consumed only {total} of {}", args.count).into()),
         }
     }
+    bar.finish_and_clear();
     Ok(Row::new(
         "redq consume + ack, 4 streams",
         args.count,
@@ -278,6 +290,7 @@ pub async fn end_to_end(client: &Client, args: &BenchArgs) -> Result<Row, BoxErr
         epoch,
         args.payload_size,
     );
+    let bar = progress_bar(n as u64, "e2e");
     let mut latencies = Vec::with_capacity(n);
     let started = Instant::now();
     while latencies.len() < n {
@@ -292,10 +305,12 @@ pub async fn end_to_end(client: &Client, args: &BenchArgs) -> Result<Row, BoxErr
                 since_stamp(epoch, &payload).ok_or("e2e: a payload without its send time")?;
             latencies.push(latency);
             ack_ids.push(received.ack_id);
+            bar.inc(1);
         }
         ack(client.clone(), &topic, ack_ids).await?;
     }
     publisher.await??;
+    bar.finish_and_clear();
     Ok(Row::new(
         "redq publish -> handler at 2,000/s",
         n,

@@ -3,10 +3,27 @@
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
+use indicatif::{ProgressBar, ProgressStyle};
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
 /// A payload as text when it is UTF-8, else as base64; the flag says which.
+/// A progress bar over `len` messages on stderr, drawn only when stderr is a
+/// terminal; `label` goes before the bar.
+pub fn progress_bar(len: u64, label: &str) -> ProgressBar {
+    let bar = ProgressBar::new(len);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{prefix}{bar:40.cyan/blue} {human_pos}/{human_len} messages  {elapsed}  eta {eta}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    if !label.is_empty() {
+        bar.set_prefix(format!("{label}  "));
+    }
+    bar
+}
+
 pub fn payload(bytes: &[u8]) -> (String, bool) {
     match std::str::from_utf8(bytes) {
         Ok(text) => (text.to_string(), true),

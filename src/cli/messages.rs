@@ -9,7 +9,7 @@ use crate::pb::queue_service_client::QueueServiceClient;
 use crate::server::BoxError;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 use serde::Deserialize;
 use std::collections::HashMap;
 use std::io::{BufRead, Read};
@@ -211,13 +211,7 @@ impl Publisher<'_> {
         messages: Vec<pb::PublishMessage>,
         batch: usize,
     ) -> Result<(), BoxError> {
-        let bar = ProgressBar::new(messages.len() as u64);
-        bar.set_style(
-            ProgressStyle::with_template(
-                "{bar:40.cyan/blue} {human_pos}/{human_len} messages  {elapsed}  eta {eta}",
-            )
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-        );
+        let bar = format::progress_bar(messages.len() as u64, "");
         self.progress = Some(bar.clone());
         let mut messages = messages.into_iter().peekable();
         while messages.peek().is_some() {

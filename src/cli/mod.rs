@@ -5,6 +5,7 @@
 
 mod admin;
 mod format;
+pub(crate) use format::progress_bar;
 mod messages;
 
 use crate::config::{
