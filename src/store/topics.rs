@@ -223,12 +223,8 @@ impl Store {
             .map(|group| {
                 let mut fields = field_map(group)?;
                 Ok(GroupInfo {
-                    name: as_string(fields.remove("name").unwrap_or(Value::Nil))?,
-                    pending: fields
-                        .remove("pending")
-                        .map(as_int)
-                        .transpose()?
-                        .unwrap_or(0) as u64,
+                    name: take_string(&mut fields, "name")?,
+                    pending: take_count(&mut fields, "pending")?,
                     lag: fields
                         .remove("lag")
                         .and_then(|lag| as_int(lag).ok())
@@ -335,20 +331,9 @@ impl Store {
             .map(|consumer| {
                 let mut fields = field_map(consumer)?;
                 Ok(ConsumerStats {
-                    name: as_string(fields.remove("name").unwrap_or(Value::Nil))?,
-                    pending: fields
-                        .remove("pending")
-                        .map(as_int)
-                        .transpose()?
-                        .unwrap_or(0) as u64,
-                    idle: Duration::from_millis(
-                        fields
-                            .remove("idle")
-                            .map(as_int)
-                            .transpose()?
-                            .unwrap_or(0)
-                            .max(0) as u64,
-                    ),
+                    name: take_string(&mut fields, "name")?,
+                    pending: take_count(&mut fields, "pending")?,
+                    idle: Duration::from_millis(take_count(&mut fields, "idle")?),
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -476,6 +461,17 @@ struct GroupInfo {
     name: String,
     pending: u64,
     lag: u64,
+}
+
+/// Takes a string field out of an XINFO map.
+fn take_string(fields: &mut HashMap<String, Value>, name: &str) -> Result<String> {
+    as_string(fields.remove(name).unwrap_or(Value::Nil))
+}
+
+/// Takes a count (or ms) field out of an XINFO map: 0 when absent or negative.
+fn take_count(fields: &mut HashMap<String, Value>, name: &str) -> Result<u64> {
+    let value = fields.remove(name).map(as_int).transpose()?;
+    Ok(value.map_or(0, |v| u64::try_from(v).unwrap_or(0)))
 }
 
 /// An XINFO reply (`[name, value, name, value, ...]` or a RESP3 map) as a map.
