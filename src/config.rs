@@ -325,6 +325,10 @@ pub struct DevArgs {
 /// Server settings shared by `serve` and `dev`.
 #[derive(Debug, Clone, Args)]
 pub struct Settings {
+    /// Threads serving gRPC connections, each with a single-threaded
+    /// runtime of its own; a connection stays on one. 0: one per CPU core.
+    #[arg(long, env = "REDQ_WORKERS", default_value_t = 0, value_parser = clap::value_parser!(u16))]
+    pub workers: u16,
     /// Redis connections shared by all non-blocking commands.
     #[arg(long, env = "REDQ_REDIS_POOL_SIZE", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub redis_pool_size: u32,
@@ -357,6 +361,16 @@ pub struct Settings {
     pub trim_interval: Duration,
     #[command(flatten)]
     pub limits: Limits,
+}
+
+impl Settings {
+    /// Worker threads to start: `--workers`, else one per CPU core.
+    pub fn workers(&self) -> usize {
+        match self.workers {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n.into(),
+        }
+    }
 }
 
 /// Limits enforced on every request.

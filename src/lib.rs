@@ -25,6 +25,7 @@ pub mod metrics;
 pub mod server;
 pub mod shutdown;
 pub mod store;
+pub mod workers;
 
 /// Code generated from `proto/redq/v1/*.proto`.
 pub mod pb {

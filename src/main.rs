@@ -10,8 +10,7 @@ use std::process::ExitCode;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) if !err.use_stderr() => {
@@ -21,7 +20,24 @@ async fn main() -> ExitCode {
         Err(err) => return fail(&first_line(&err.to_string())),
     };
     init_tracing(cli.log_format);
-    let result = match cli.command {
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if matches!(cli.command, Command::Bench(_)) {
+        // The bench's client shares the machine with the server and Redis it
+        // measures: on one worker thread it takes at most one core, and its
+        // tasks wake each other without crossing threads.
+        runtime.worker_threads(1);
+    }
+    match runtime.enable_all().build() {
+        // Spawned, so that the whole command runs on the worker threads.
+        Ok(runtime) => runtime
+            .block_on(async { tokio::spawn(run(cli.command)).await })
+            .unwrap_or_else(|err| fail(&err.to_string())),
+        Err(err) => fail(&format!("starting the runtime: {err}")),
+    }
+}
+
+async fn run(command: Command) -> ExitCode {
+    let result = match command {
         Command::Serve(args) => redq::serve(args).await,
         Command::Dev(args) => redq::dev::run(args).await,
         Command::Bench(args) => redq::bench::run(args).await,

@@ -10,14 +10,18 @@ use crate::pb;
 use crate::pb::admin_service_server::AdminServiceServer;
 use crate::pb::queue_service_server::QueueServiceServer;
 use crate::store::Store;
+use crate::workers::Workers;
 use std::future::Future;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::server::TcpIncoming;
+use tonic::service::Routes;
 
 /// Detects clients that vanished without closing their connection.
 const TCP_KEEPALIVE: Duration = Duration::from_secs(60);
+
+/// Pause after a failed accept.
+const ACCEPT_RETRY: Duration = Duration::from_millis(50);
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -79,29 +83,43 @@ pub async fn run(
             .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
     };
-    let reflection_v1 = reflection().build_v1()?;
-    let reflection_v1alpha = reflection().build_v1alpha()?;
+    let shared_routes = Routes::new(health_service)
+        .add_service(reflection().build_v1()?)
+        .add_service(reflection().build_v1alpha()?);
     // Large enough that an oversize payload is reported as INVALID_ARGUMENT
     // naming the message, not rejected as an undecodable request.
     let max_request = (settings.limits.max_payload_bytes as usize * 2).max(16 * 1024 * 1024);
-    let admin = AdminServiceServer::new(AdminApi::new(broker.clone(), settings.limits.clone()));
-    let queue = QueueServiceServer::new(QueueApi::new(broker, settings.limits.clone()))
-        .max_decoding_message_size(max_request);
-
-    let grpc_server = tonic::transport::Server::builder()
-        .add_service(health_service)
-        .add_service(reflection_v1)
-        .add_service(reflection_v1alpha)
-        .add_service(queue)
-        .add_service(admin)
-        .serve_with_incoming_shutdown(
-            // Without TCP_NODELAY, Nagle's algorithm holds small stream
-            // responses back for tens of milliseconds.
-            TcpIncoming::from(grpc)
-                .with_nodelay(Some(true))
-                .with_keepalive(Some(TCP_KEEPALIVE)),
-            stop.clone().cancelled_owned(),
-        );
+    let limits = settings.limits.clone();
+    let workers_broker = broker.clone();
+    let workers_stop = stop.clone();
+    // Each worker serves the same routes over a Redis connection of its own,
+    // so that its calls never wait on another thread.
+    let mut workers = Workers::start(settings.workers(), move |_, incoming| {
+        let broker = workers_broker.clone();
+        let limits = limits.clone();
+        let routes = shared_routes.clone();
+        let stop = workers_stop.clone();
+        async move {
+            let broker = broker.with_store(broker.store().with_own_shared_connection()?);
+            let admin = AdminServiceServer::new(AdminApi::new(broker.clone(), limits.clone()));
+            let queue = QueueServiceServer::new(QueueApi::new(broker, limits))
+                .max_decoding_message_size(max_request);
+            let routes = routes.add_service(queue).add_service(admin);
+            tonic::transport::Server::builder()
+                .add_routes(routes)
+                .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
+                .await?;
+            Ok(())
+        }
+    })?;
+    let grpc_server = {
+        let stop = stop.clone();
+        let workers_finished = workers.finished();
+        async move {
+            tokio::try_join!(accept(grpc, &mut workers, stop), workers_finished)?;
+            Ok::<_, BoxError>(())
+        }
+    };
     let http_routes = health.http_routes().merge(metrics.routes(store));
     let http_server =
         axum::serve(http, http_routes).with_graceful_shutdown(stop.clone().cancelled_owned());
@@ -133,4 +151,36 @@ pub async fn run(
     http_task.abort();
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Accepts gRPC connections and hands them to the workers until `stop`.
+async fn accept(
+    listener: TcpListener,
+    workers: &mut Workers,
+    stop: CancellationToken,
+) -> Result<(), BoxError> {
+    loop {
+        let accepted = tokio::select! {
+            _ = stop.cancelled() => return Ok(()),
+            accepted = listener.accept() => accepted,
+        };
+        match accepted.and_then(|(connection, _)| configure(connection)) {
+            Ok(connection) => workers.assign(connection),
+            Err(err) => {
+                // Out of file descriptors, or a connection reset before it
+                // was accepted: try again shortly rather than stop serving.
+                tracing::warn!(error = %err, "accepting a gRPC connection failed");
+                tokio::time::sleep(ACCEPT_RETRY).await;
+            }
+        }
+    }
+}
+
+fn configure(connection: tokio::net::TcpStream) -> std::io::Result<std::net::TcpStream> {
+    // Without TCP_NODELAY, Nagle's algorithm holds small stream responses
+    // back for tens of milliseconds.
+    connection.set_nodelay(true)?;
+    socket2::SockRef::from(&connection)
+        .set_tcp_keepalive(&socket2::TcpKeepalive::new().with_time(TCP_KEEPALIVE))?;
+    connection.into_std()
 }

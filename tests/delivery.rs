@@ -326,3 +326,98 @@ async fn many_streams_split_a_backlog_and_one_message_wakes_one_stream() {
         "{SINGLES} messages to {STREAMS} idle streams took {fetches} fetches"
     );
 }
+
+/// The topic watcher reads new entries two at a time, and skips ahead when it
+/// reads two: bursts published while the streams are idle, one entry or
+/// several at a time, must reach them at once, not at the 5 s safety net.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bursts_reach_idle_streams_before_the_safety_net() {
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis.url(), &[]).await;
+    let mut client = server.client().await;
+    let mut stream = subscribe(
+        &mut client,
+        TOPIC,
+        "bursts",
+        Sub::deadline(Duration::from_secs(60)),
+    )
+    .await;
+
+    for round in 0..24 {
+        let n = 1 + (round / 2) % 4;
+        if round % 2 == 0 {
+            // One batch with dedupe ids: one script call, so that its
+            // entries appear to the watcher's XREAD all at once.
+            let messages = payloads(&format!("r{round}"), n)
+                .into_iter()
+                .enumerate()
+                .map(|(i, payload)| pb::PublishMessage {
+                    payload,
+                    dedupe_id: format!("r{round}-{i}"),
+                    ..Default::default()
+                })
+                .collect();
+            let request = pb::PublishRequest {
+                topic: TOPIC.to_string(),
+                messages,
+            };
+            client.publish(request).await.expect("publish");
+        } else {
+            for i in 0..n {
+                publish(&mut client, TOPIC, [format!("r{round}-{i}")]).await;
+            }
+        }
+        let got = next_messages(&mut stream, n, Duration::from_secs(2)).await;
+        assert_eq!(got.len(), n, "round {round}: {:?}", ids_of(&got));
+        ack(&mut client, TOPIC, "bursts", ack_ids_of(&got))
+            .await
+            .expect("ack");
+    }
+}
+
+/// Connections are spread over `--workers` threads: streams, publishes and
+/// acks on connections served by different workers still meet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_on_different_workers_share_topics() {
+    const WORKERS: usize = 3;
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis.url(), &["--workers", &WORKERS.to_string()]).await;
+    let threads = std::fs::read_dir(format!("/proc/{}/task", server.pid()))
+        .expect("server threads")
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        .filter(|name| name.starts_with("redq-worker-"))
+        .count();
+    assert_eq!(threads, WORKERS, "worker threads");
+
+    // One connection each, assigned to the workers in turn.
+    let mut clients = Vec::new();
+    for _ in 0..WORKERS + 1 {
+        clients.push(server.client().await);
+    }
+    let mut stream = subscribe(
+        &mut clients[0],
+        TOPIC,
+        "spread",
+        Sub::deadline(Duration::from_secs(60)).max_outstanding(10),
+    )
+    .await;
+    let mut sent = Vec::new();
+    for (i, client) in clients.iter_mut().enumerate().skip(1) {
+        sent.extend(publish(client, TOPIC, payloads(&format!("c{i}"), 10)).await);
+    }
+
+    // The stream holds at most 10: only acks sent through the other
+    // workers' connections make room for the rest.
+    let mut received = Vec::new();
+    while received.len() < sent.len() {
+        let got = expect_messages(&mut stream, 1).await;
+        let acker = 1 + received.len() % WORKERS;
+        ack(&mut clients[acker], TOPIC, "spread", ack_ids_of(&got))
+            .await
+            .expect("ack");
+        received.extend(ids_of(&got));
+    }
+    received.sort();
+    sent.sort();
+    assert_eq!(received, sent, "every message once");
+}

@@ -92,6 +92,19 @@ impl Broker {
         }
     }
 
+    /// This broker, sending client calls through `store` (the same Redis,
+    /// on a connection of a worker's own).
+    pub fn with_store(&self, store: Store) -> Self {
+        Self {
+            store,
+            ..self.clone()
+        }
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
     }

@@ -18,6 +18,7 @@
 
 use super::promoter::PromotionTimers;
 use crate::error::Result;
+use crate::store::stream::NEW_ENTRIES_READ;
 use crate::store::{Store, TopicKeys};
 use futures::StreamExt;
 use std::collections::HashMap;
@@ -332,11 +333,24 @@ async fn follow_stream(
     // Entries may have arrived while this watcher was (re)connecting.
     give_turns(subscriptions);
     loop {
-        if store.wait_for_entry_after(&mut conn, keys, &last).await? {
-            // Skip to the newest entry: the streams fetch in batches anyway.
-            last = store.last_entry_id(&mut conn, keys).await?;
-            give_turns(subscriptions);
-        }
+        let new = store.wait_for_entries_after(&mut conn, keys, &last).await?;
+        let Some(newest_read) = new.last() else {
+            continue; // timed out
+        };
+        // Turns first, so that a delivery never waits for the skip below.
+        give_turns(subscriptions);
+        last = if new.len() < NEW_ENTRIES_READ {
+            newest_read.clone()
+        } else {
+            // Behind: skip to the newest entry, as the streams fetch in
+            // batches anyway. Entries that came after the turns were given
+            // may have missed the fetches those turns started.
+            let newest = store.last_entry_id(&mut conn, keys).await?;
+            if &newest != newest_read {
+                give_turns(subscriptions);
+            }
+            newest
+        };
     }
 }
 

@@ -14,7 +14,9 @@ use crate::error::Result;
 use bb8_redis::RedisConnectionManager;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::{AsyncConnectionConfig, Client};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::runtime::Handle;
 
 pub use keys::TopicKeys;
 
@@ -36,8 +38,26 @@ const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 #[derive(Clone)]
 pub struct Store {
     shared: ConnectionManager,
+    /// The shared connections of the server's workers, each with the
+    /// runtime it lives on (see [`Store::with_own_shared_connection`]).
+    worker_connections: Arc<Mutex<Vec<(Handle, ConnectionManager)>>>,
     pool: bb8::Pool<RedisConnectionManager>,
     client: Client,
+}
+
+fn shared_connection(client: &Client) -> redis::RedisResult<ConnectionManager> {
+    ConnectionManager::new_lazy_with_config(
+        client.clone(),
+        ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(2)))
+            .set_response_timeout(Some(RESPONSE_TIMEOUT))
+            .set_number_of_retries(2),
+    )
+}
+
+async fn ping(mut connection: ConnectionManager) -> Result<()> {
+    let _: String = redis::cmd("PING").query_async(&mut connection).await?;
+    Ok(())
 }
 
 /// A pooled connection, returned to the pool on drop.
@@ -48,13 +68,7 @@ impl Store {
     /// and report NOT_SERVING, while Redis is still unreachable.
     pub fn new(url: &str, pool_size: u32) -> Result<Self, redis::RedisError> {
         let client = Client::open(url)?;
-        let shared = ConnectionManager::new_lazy_with_config(
-            client.clone(),
-            ConnectionManagerConfig::new()
-                .set_connection_timeout(Some(Duration::from_secs(2)))
-                .set_response_timeout(Some(RESPONSE_TIMEOUT))
-                .set_number_of_retries(2),
-        )?;
+        let shared = shared_connection(&client)?;
         let manager = RedisConnectionManager::new(url)?;
         let pool = bb8::Pool::builder()
             .max_size(pool_size)
@@ -62,8 +76,25 @@ impl Store {
             .build_unchecked(manager);
         Ok(Self {
             shared,
+            worker_connections: Arc::default(),
             pool,
             client,
+        })
+    }
+
+    /// This store with a shared connection of its own, for one of the
+    /// server's single-threaded workers: the connection's tasks then run on
+    /// the worker's thread, next to the calls that use it. Call it on the
+    /// worker's runtime.
+    pub fn with_own_shared_connection(&self) -> Result<Self> {
+        let shared = shared_connection(&self.client)?;
+        self.worker_connections
+            .lock()
+            .expect("worker connections lock")
+            .push((Handle::current(), shared.clone()));
+        Ok(Self {
+            shared,
+            ..self.clone()
         })
     }
 
@@ -98,7 +129,19 @@ impl Store {
     /// health checks. A failed PING also makes the shared connection
     /// reconnect, so that once this passes again client calls work too.
     pub async fn ping(&self) -> Result<()> {
-        let _: String = redis::cmd("PING").query_async(&mut self.shared()).await?;
+        ping(self.shared()).await?;
+        let workers = self
+            .worker_connections
+            .lock()
+            .expect("worker connections lock")
+            .clone();
+        for (runtime, connection) in workers {
+            // On the worker's runtime, where a reconnect must spawn its
+            // tasks; a worker that has stopped needs no connection.
+            if let Ok(pinged) = runtime.spawn(ping(connection)).await {
+                pinged?;
+            }
+        }
         let mut conn = self.connection().await?;
         let _: String = redis::cmd("PING").query_async(&mut *conn).await?;
         Ok(())

@@ -290,17 +290,18 @@ impl Store {
         }
     }
 
-    /// Blocks (at most [`super::BLOCK`]) until the stream has an entry after
-    /// `after`; true when one arrived. Runs on a dedicated connection.
-    pub async fn wait_for_entry_after(
+    /// Blocks (at most [`super::BLOCK`]) until the stream has entries after
+    /// `after`, and returns the ids of the first [`NEW_ENTRIES_READ`] of them
+    /// (none on timeout). Runs on a dedicated connection.
+    pub async fn wait_for_entries_after(
         &self,
         conn: &mut MultiplexedConnection,
         keys: &TopicKeys,
         after: &str,
-    ) -> Result<bool> {
+    ) -> Result<Vec<String>> {
         let reply: Value = redis::cmd("XREAD")
             .arg("COUNT")
-            .arg(1)
+            .arg(NEW_ENTRIES_READ)
             .arg("BLOCK")
             .arg(super::BLOCK.as_millis() as u64)
             .arg("STREAMS")
@@ -308,9 +309,25 @@ impl Store {
             .arg(after)
             .query_async(conn)
             .await?;
-        Ok(!matches!(reply, Value::Nil))
+        if matches!(reply, Value::Nil) {
+            return Ok(Vec::new());
+        }
+        // [[stream, [[id, fields], ...]]]
+        let mut ids = Vec::with_capacity(NEW_ENTRIES_READ);
+        for stream in as_array(reply)? {
+            let entries = as_array(stream)?.into_iter().nth(1).unwrap_or(Value::Nil);
+            for entry in as_array(entries)? {
+                let id = as_array(entry)?.into_iter().next().unwrap_or(Value::Nil);
+                ids.push(as_string(id)?);
+            }
+        }
+        Ok(ids)
     }
 }
+
+/// Entries one watcher `XREAD` asks for: one is news, a second tells that the
+/// watcher is behind and should skip ahead rather than read one by one.
+pub const NEW_ENTRIES_READ: usize = 2;
 
 /// Decodes `[id, [field, value, ...]]` as returned by XRANGE, XREADGROUP and
 /// XCLAIM; fields outside the message layout go to `other`.
