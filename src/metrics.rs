@@ -238,7 +238,9 @@ impl Metrics {
     /// The label for `topic`: itself while the budget lasts, else [`OTHER`].
     fn topic_label(&self, topic: &str) -> String {
         let mut labelled = self.inner.labelled.lock().expect("metrics lock");
-        if labelled.contains(topic) || labelled.len() < self.inner.max_topics {
+        if labelled.contains(topic) {
+            topic.to_owned()
+        } else if labelled.len() < self.inner.max_topics {
             labelled.insert(topic.to_owned());
             topic.to_owned()
         } else {

@@ -125,7 +125,11 @@ impl Broker {
 
     /// Publishes messages to `topic`, creating it on first use: appended now,
     /// or scheduled when due later. Results in request order.
-    #[tracing::instrument(skip_all, fields(topic = %topic))]
+    ///
+    /// The spans of calls made per message are at debug level: at info, their
+    /// bookkeeping took about 8 % of a unary publish, and nothing inside them
+    /// logs at info or above (errors are logged where they become a status).
+    #[tracing::instrument(level = "debug", skip_all, fields(topic = %topic))]
     pub async fn publish(&self, topic: &str, messages: Vec<NewMessage>) -> Result<Vec<Published>> {
         if self.memory.is_full() {
             return Err(Error::ResourceExhausted(
@@ -157,7 +161,7 @@ impl Broker {
     }
 
     /// Cancels a scheduled message; false when it was delivered (or is unknown).
-    #[tracing::instrument(skip_all, fields(topic = %topic))]
+    #[tracing::instrument(level = "debug", skip_all, fields(topic = %topic))]
     pub async fn cancel_scheduled(&self, topic: &str, message_id: &str) -> Result<bool> {
         self.store
             .cancel_scheduled(&TopicKeys::new(topic), message_id)
@@ -166,7 +170,7 @@ impl Broker {
 
     /// Moves a scheduled message to a new due time; None when it was
     /// delivered, cancelled or is unknown.
-    #[tracing::instrument(skip_all, fields(topic = %topic))]
+    #[tracing::instrument(level = "debug", skip_all, fields(topic = %topic))]
     pub async fn reschedule(
         &self,
         topic: &str,
@@ -250,7 +254,7 @@ impl Broker {
     }
 
     /// Acknowledges deliveries. Unknown or already acked ones are ignored.
-    #[tracing::instrument(skip_all, fields(topic = %topic, subscription = %subscription))]
+    #[tracing::instrument(level = "debug", skip_all, fields(topic = %topic, subscription = %subscription))]
     pub async fn ack(&self, topic: &str, subscription: &str, leases: &[Lease]) -> Result<()> {
         let ids: Vec<&str> = leases.iter().map(|l| l.entry_id.as_str()).collect();
         let acked = self
@@ -267,7 +271,7 @@ impl Broker {
     /// subscription's retry backoff when None; dead-lettered when that was
     /// their last attempt. Leases the caller no longer holds are reported as
     /// [`Error::LeaseLost`]; the others are handed back all the same.
-    #[tracing::instrument(skip_all, fields(topic = %topic, subscription = %subscription))]
+    #[tracing::instrument(level = "debug", skip_all, fields(topic = %topic, subscription = %subscription))]
     pub async fn nack(
         &self,
         topic: &str,
@@ -296,7 +300,7 @@ impl Broker {
     }
 
     /// Sets the leases to end `deadline` from now; zero is a nack without delay.
-    #[tracing::instrument(skip_all, fields(topic = %topic, subscription = %subscription))]
+    #[tracing::instrument(level = "debug", skip_all, fields(topic = %topic, subscription = %subscription))]
     pub async fn modify_ack_deadline(
         &self,
         topic: &str,
