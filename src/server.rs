@@ -94,7 +94,7 @@ pub async fn run(
     let workers_stop = stop.clone();
     // Each worker serves the same routes over a Redis connection of its own,
     // so that its calls never wait on another thread.
-    let mut workers = Workers::start(settings.workers(), move |_, incoming| {
+    let mut workers = Workers::start(settings.workers(), move |incoming| {
         let broker = workers_broker.clone();
         let limits = limits.clone();
         let routes = shared_routes.clone();

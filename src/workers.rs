@@ -31,11 +31,11 @@ pub struct Workers {
 }
 
 impl Workers {
-    /// Starts `count` worker threads; each runs `serve(index, incoming)` on
-    /// a runtime of its own until it returns.
+    /// Starts `count` worker threads; each runs `serve(incoming)` on a
+    /// runtime of its own until it returns.
     pub fn start<F, Fut>(count: usize, serve: F) -> io::Result<Self>
     where
-        F: Fn(usize, Incoming) -> Fut + Send + Sync + 'static,
+        F: Fn(Incoming) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<(), BoxError>>,
     {
         let serve = Arc::new(serve);
@@ -52,7 +52,7 @@ impl Workers {
                         .enable_all()
                         .build()
                         .map_err(BoxError::from)
-                        .and_then(|runtime| runtime.block_on(serve(index, incoming(connections))));
+                        .and_then(|runtime| runtime.block_on(serve(incoming(connections))));
                     let _ = done.send(result);
                 })?;
             queues.push(queue);

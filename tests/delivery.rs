@@ -382,12 +382,19 @@ async fn connections_on_different_workers_share_topics() {
     const WORKERS: usize = 3;
     let redis = RedisServer::start();
     let server = TestServer::start(&redis.url(), &["--workers", &WORKERS.to_string()]).await;
-    let threads = std::fs::read_dir(format!("/proc/{}/task", server.pid()))
-        .expect("server threads")
-        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
-        .filter(|name| name.starts_with("redq-worker-"))
-        .count();
-    assert_eq!(threads, WORKERS, "worker threads");
+    // A thread names itself once it runs, so the count may take a moment.
+    let worker_threads = || {
+        std::fs::read_dir(format!("/proc/{}/task", server.pid()))
+            .expect("server threads")
+            .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+            .filter(|name| name.starts_with("redq-worker-"))
+            .count()
+    };
+    let deadline = std::time::Instant::now() + EVENTUALLY;
+    while worker_threads() < WORKERS && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(worker_threads(), WORKERS, "worker threads");
 
     // One connection each, assigned to the workers in turn.
     let mut clients = Vec::new();
