@@ -327,7 +327,7 @@ pub struct DevArgs {
 pub struct Settings {
     /// Threads serving gRPC connections, each with a single-threaded
     /// runtime of its own; a connection stays on one. 0: one per CPU core.
-    #[arg(long, env = "REDQ_WORKERS", default_value_t = 0, value_parser = clap::value_parser!(u16))]
+    #[arg(long, env = "REDQ_WORKERS", default_value_t = 0, value_parser = clap::value_parser!(u16).range(0..=1024))]
     pub workers: u16,
     /// Redis connections shared by all non-blocking commands.
     #[arg(long, env = "REDQ_REDIS_POOL_SIZE", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1024))]

@@ -172,6 +172,15 @@ fn zero_max_batch_size_is_rejected_at_start() {
 }
 
 #[test]
+fn too_many_workers_are_rejected_at_start() {
+    assert_rejected(
+        &["--workers", "5000"],
+        &[],
+        &["--workers", "workers", "WORKERS"],
+    );
+}
+
+#[test]
 fn bad_duration_is_rejected_at_start() {
     assert_rejected(
         &["--drain-timeout", "banana"],
