@@ -8,9 +8,9 @@
 //! after the one call that woke them, so that every call paid socket writes
 //! of its own. On one thread the woken writers queue behind the other calls
 //! that are ready, and what those calls send is written together. Measured
-//! with `redq bench publish-unary` on 2 cores: 1.8 socket writes per call
-//! became 0.07, and the server's CPU time per call fell from 30 to 14 µs
-//! (BENCHMARKS.md).
+//! with `redq bench publish-unary` on 2 cores: 1.2 to 1.8 socket writes per
+//! call became 0.07 to 0.4, and the server's CPU time per call fell from 30
+//! to 14 µs (BENCHMARKS.md).
 
 use crate::server::BoxError;
 use futures::{Stream, StreamExt};
