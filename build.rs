@@ -17,6 +17,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         // Payloads are passed through without copying.
         .bytes(".redq.v1")
+        // A request that does not decode is INVALID_ARGUMENT (see src/grpc/codec.rs).
+        .codec_path("crate::grpc::codec::Codec")
         .compile_fds(descriptors)?;
     Ok(())
 }

@@ -400,6 +400,15 @@ pub struct Limits {
     /// Most outstanding messages a stream may ask for.
     #[arg(long, env = "REDQ_MAX_OUTSTANDING_LIMIT", default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_outstanding_limit: u32,
+    /// Bytes of deliveries the server holds for a stream that does not ask,
+    /// fetched but not yet taken by its client: a client that does not read
+    /// stops its stream's fetching here.
+    #[arg(long, env = "REDQ_DEFAULT_MAX_OUTSTANDING_BYTES", default_value_t = 10 * 1024 * 1024, value_parser = clap::value_parser!(u64).range(1..))]
+    pub default_max_outstanding_bytes: u64,
+    /// Bytes of deliveries all Subscribe streams of a replica hold together,
+    /// fetched but not yet taken by their clients; also the most one stream may ask for.
+    #[arg(long, env = "REDQ_SUBSCRIBE_BUFFER_BYTES", default_value_t = 256 * 1024 * 1024, value_parser = clap::value_parser!(u64).range(1..))]
+    pub subscribe_buffer_bytes: u64,
     /// Retry backoff after a first failed delivery, for subscriptions created without one.
     #[arg(long, env = "REDQ_RETRY_MIN_BACKOFF", default_value = "1s", value_parser = humantime::parse_duration)]
     pub retry_min_backoff: Duration,
@@ -416,6 +425,12 @@ pub struct Limits {
 }
 
 impl Limits {
+    /// The most bytes one message can have: payload, attributes and ordering key.
+    pub fn max_message_bytes(&self) -> u64 {
+        u64::from(self.max_payload_bytes)
+            + u64::from(self.max_attributes + 1) * u64::from(self.max_attribute_bytes)
+    }
+
     /// Checks the relations between limits that clap cannot check one flag at a time.
     pub fn validate(&self) -> Result<(), String> {
         if self.default_ack_deadline > self.max_ack_deadline {
@@ -430,6 +445,12 @@ impl Limits {
                 "--retry-min-backoff ({}) exceeds --retry-max-backoff ({})",
                 humantime::format_duration(self.retry_min_backoff),
                 humantime::format_duration(self.retry_max_backoff)
+            ));
+        }
+        if self.default_max_outstanding_bytes > self.subscribe_buffer_bytes {
+            return Err(format!(
+                "--default-max-outstanding-bytes ({}) exceeds --subscribe-buffer-bytes ({})",
+                self.default_max_outstanding_bytes, self.subscribe_buffer_bytes
             ));
         }
         if self.default_max_outstanding > self.max_outstanding_limit {
@@ -453,6 +474,8 @@ impl Default for Limits {
             max_ack_deadline: Duration::from_secs(600),
             default_max_outstanding: 100,
             max_outstanding_limit: 10_000,
+            default_max_outstanding_bytes: 10 * 1024 * 1024,
+            subscribe_buffer_bytes: 256 * 1024 * 1024,
             retry_min_backoff: Duration::from_secs(1),
             retry_max_backoff: Duration::from_secs(600),
             max_delivery_attempts: 0,

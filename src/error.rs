@@ -17,8 +17,8 @@ pub enum Error {
     /// A limit stops the request (Redis near its memory limit).
     #[error("{0}")]
     ResourceExhausted(String),
-    /// The caller no longer holds the lease on these deliveries.
-    #[error("lease lost for ack_ids {0:?}: the message was redelivered or acked")]
+    /// The caller no longer holds the lease on these deliveries (their ack ids).
+    #[error("{}", lease_lost_message(.0))]
     LeaseLost(Vec<String>),
     /// Redis cannot be reached; the call is safe to retry.
     #[error("redis unavailable")]
@@ -46,6 +46,23 @@ impl Error {
             reason: reason.into(),
         }
     }
+}
+
+/// Lost-lease ack ids named in a status message, at most: a status travels in
+/// HTTP/2 trailers, which clients cap (often at 8 or 16 KiB).
+const LOST_IDS_NAMED: usize = 3;
+
+/// A short message for lost leases: the count and the first few ack ids.
+fn lease_lost_message(ack_ids: &[String]) -> String {
+    let named = ack_ids[..ack_ids.len().min(LOST_IDS_NAMED)].join(", ");
+    let more = match ack_ids.len().saturating_sub(LOST_IDS_NAMED) {
+        0 => String::new(),
+        n => format!(" and {n} more"),
+    };
+    format!(
+        "ack_ids: the lease is lost for {} of them (redelivered, nacked or acked since; the others were applied): {named}{more}",
+        ack_ids.len()
+    )
 }
 
 impl From<redis::RedisError> for Error {
@@ -125,6 +142,17 @@ mod tests {
         let status = Status::from(Error::LeaseLost(vec!["1-0/1/c".into()]));
         assert_eq!(status.code(), Code::FailedPrecondition);
         assert!(status.message().contains("1-0/1/c"));
+    }
+
+    #[test]
+    fn lost_lease_messages_stay_short() {
+        let ids: Vec<String> = (0..10_000)
+            .map(|i| format!("{i}-0/1/{}", "c".repeat(200)))
+            .collect();
+        let status = Status::from(Error::LeaseLost(ids));
+        assert!(status.message().len() < 1024, "{}", status.message().len());
+        assert!(status.message().contains("10000 of them"));
+        assert!(status.message().contains("and 9997 more"));
     }
 
     #[test]

@@ -73,6 +73,7 @@ struct Inner {
     delivered: Family<SubscriptionLabels, Counter>,
     redelivered: Family<SubscriptionLabels, Counter>,
     acked: Family<SubscriptionLabels, Counter>,
+    ack_ids_ignored: Family<SubscriptionLabels, Counter>,
     nacked: Family<SubscriptionLabels, Counter>,
     dead_lettered: Family<SubscriptionLabels, Counter>,
     publish_duration: Family<RpcLabels, Histogram>,
@@ -109,6 +110,7 @@ impl Metrics {
             delivered: Family::default(),
             redelivered: Family::default(),
             acked: Family::default(),
+            ack_ids_ignored: Family::default(),
             nacked: Family::default(),
             dead_lettered: Family::default(),
             publish_duration,
@@ -159,6 +161,11 @@ impl Metrics {
             "redq_messages_acked",
             "Deliveries acknowledged (acks of unknown or already acked ids excluded)",
             inner.acked.clone(),
+        );
+        r.register(
+            "redq_ack_ids_ignored",
+            "Ack ids in Ack calls that were not applied: issued for another subscription, or their delivery is no longer current (acked, nacked or redelivered since)",
+            inner.ack_ids_ignored.clone(),
         );
         r.register(
             "redq_messages_nacked",
@@ -304,6 +311,16 @@ impl Metrics {
         if count > 0 {
             let labels = self.subscription_labels(topic, subscription);
             self.inner.acked.get_or_create(&labels).inc_by(count);
+        }
+    }
+
+    pub fn ack_ids_ignored(&self, topic: &str, subscription: &str, count: u64) {
+        if count > 0 {
+            let labels = self.subscription_labels(topic, subscription);
+            self.inner
+                .ack_ids_ignored
+                .get_or_create(&labels)
+                .inc_by(count);
         }
     }
 

@@ -47,6 +47,8 @@ pub async fn run(
         dedupe_window: settings.dedupe_window,
         promote_ahead: settings.promote_ahead,
         default_ack_deadline: settings.limits.default_ack_deadline,
+        max_message_bytes: settings.limits.max_message_bytes(),
+        subscribe_buffer_bytes: settings.limits.subscribe_buffer_bytes,
     };
     let metrics = Metrics::new(settings.metrics_max_topics);
     let broker = Broker::new(

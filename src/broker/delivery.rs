@@ -3,6 +3,7 @@
 
 use super::Broker;
 use super::ack_id;
+use super::budget::{Reservation, StreamBudget};
 use super::wakeups::RECHECK;
 use crate::error::{Error, Result};
 use crate::metrics::SubscriptionMetrics;
@@ -29,12 +30,30 @@ pub struct SubscribeOptions {
     /// The client's name for this consumer; may be empty.
     pub consumer: String,
     pub max_outstanding: u32,
+    /// Bytes of deliveries the server may hold for this stream, fetched but
+    /// not yet taken by the client's connection.
+    pub max_outstanding_bytes: u64,
     /// The stream's ack deadline; None: the subscription's, else the server's.
     pub ack_deadline: Option<Duration>,
     /// Where the subscription starts, if this call creates it.
     pub start: GroupStart,
     /// Retry settings of the subscription, if this call creates it.
     pub retry: RetryPolicy,
+}
+
+/// Deliveries on their way to the client, with the bytes they hold of the
+/// stream's budget (given back when the batch is taken apart).
+#[derive(Debug)]
+pub struct DeliveryBatch {
+    deliveries: Vec<Delivery>,
+    _reserved: Reservation,
+}
+
+impl DeliveryBatch {
+    /// The deliveries; their bytes go back to the budget.
+    pub fn into_deliveries(self) -> Vec<Delivery> {
+        self.deliveries
+    }
 }
 
 /// One message handed to a consumer.
@@ -52,7 +71,8 @@ pub(super) struct DeliveryLoop {
     pub ack_deadline: Duration,
     /// Unique name of this stream in the consumer group.
     pub consumer: String,
-    pub sender: mpsc::Sender<Result<Vec<Delivery>>>,
+    pub budget: StreamBudget,
+    pub sender: mpsc::Sender<Result<DeliveryBatch>>,
 }
 
 impl DeliveryLoop {
@@ -72,9 +92,12 @@ impl DeliveryLoop {
             // A message promoted ahead of its due time is held here until
             // then; its lease must not run while it waits.
             lease: self.ack_deadline + broker.promote_ahead,
+            max_message_bytes: broker.max_message_bytes,
         };
         let limit = self.options.max_outstanding.min(FETCH_LIMIT);
         let mut held = Held::default();
+        // The bytes of the deliveries `held` holds.
+        let mut held_reserved = self.budget.reserve(0);
         let metrics = broker
             .metrics
             .subscription(&self.options.topic, &self.options.subscription);
@@ -84,15 +107,25 @@ impl DeliveryLoop {
         let mut lease_ends: VecDeque<Instant> = VecDeque::new();
         tracing::debug!("stream opened");
         loop {
-            if !self
-                .send(held.release(Instant::now()), &metrics, &clock)
-                .await
-            {
+            let released = held.release(Instant::now());
+            let reserved = held_reserved.split(wire_bytes(&released));
+            if !self.send(released, reserved, &metrics, &clock).await {
                 break;
+            }
+            let max_bytes = self.budget.available();
+            if max_bytes == 0 {
+                // The client is not reading (or the replica's budget is spent).
+                tokio::select! {
+                    _ = broker.shutdown.cancelled() => break,
+                    _ = self.sender.closed() => break,
+                    _ = self.budget.wait_for_room() => {}
+                    _ = sleep_until_some(held.next_release()) => {}
+                }
+                continue;
             }
             let fetched = tokio::select! {
                 _ = broker.shutdown.cancelled() => break,
-                fetched = broker.store.fetch(&spec, limit) => fetched,
+                fetched = broker.store.fetch(&spec, limit, max_bytes) => fetched,
             };
             let fetched = match fetched {
                 Ok(fetched) => fetched,
@@ -109,18 +142,22 @@ impl DeliveryLoop {
                 ms: fetched.now_ms,
                 at: received,
             };
+            let fetched_bytes = wire_bytes(&fetched.deliveries);
+            let mut reserved = self.budget.reserve(fetched_bytes);
             let ready = held.hold_early(fetched.deliveries, fetched.now_ms, received);
-            if !self.send(ready, &metrics, &clock).await {
+            held_reserved.merge(reserved.split(fetched_bytes - wire_bytes(&ready)));
+            if !self.send(ready, reserved, &metrics, &clock).await {
                 break;
             }
             if count > 0 {
                 lease_ends.push_back(received + spec.lease);
             }
             // Full batch, or full stream with more to take: let another stream help.
-            if count >= limit || (count > 0 && !fetched.has_room) {
+            let more = count >= limit || fetched.bytes_full;
+            if more || (count > 0 && !fetched.has_room) {
                 topic.pass_turn();
             }
-            if count >= limit {
+            if more {
                 continue; // more may be waiting
             }
             if let Some(expiry) = fetched.next_expiry {
@@ -167,10 +204,12 @@ impl DeliveryLoop {
         }
     }
 
-    /// Sends deliveries in responses of bounded size; false when the stream is over.
+    /// Sends deliveries in responses of bounded size, each with its part of
+    /// `reserved` (their bytes); false when the stream is over.
     async fn send(
         &self,
         deliveries: Vec<(Entry, u32)>,
+        mut reserved: Reservation,
         metrics: &SubscriptionMetrics,
         clock: &RedisClock,
     ) -> bool {
@@ -195,7 +234,7 @@ impl DeliveryLoop {
                 attempt,
             };
             batch.push(Delivery {
-                ack_id: ack_id::encode(&lease),
+                ack_id: ack_id::encode(&lease, &self.options.topic, &self.options.subscription),
                 entry,
                 attempt,
             });
@@ -203,9 +242,13 @@ impl DeliveryLoop {
                 .peek()
                 .is_some_and(|(next, _)| batch_bytes + next.wire_size() <= MAX_RESPONSE_BYTES);
             if !next_fits {
+                let batch = DeliveryBatch {
+                    deliveries: std::mem::take(&mut batch),
+                    _reserved: reserved.split(batch_bytes as u64),
+                };
                 let sent = tokio::select! {
                     _ = self.broker.shutdown.cancelled() => false,
-                    sent = self.sender.send(Ok(std::mem::take(&mut batch))) => sent.is_ok(),
+                    sent = self.sender.send(Ok(batch)) => sent.is_ok(),
                 };
                 if !sent {
                     return false;
@@ -215,6 +258,11 @@ impl DeliveryLoop {
         }
         true
     }
+}
+
+/// What `deliveries` count against a byte budget.
+fn wire_bytes(deliveries: &[(Entry, u32)]) -> u64 {
+    deliveries.iter().map(|(e, _)| e.wire_size() as u64).sum()
 }
 
 /// Sleeps until `at`, or forever when None.

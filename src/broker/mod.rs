@@ -4,13 +4,14 @@
 
 pub mod ack_id;
 mod admin;
+mod budget;
 mod delivery;
 pub mod promoter;
 pub mod retention;
 pub mod wakeups;
 
 pub use admin::{SeekTarget, SubscriptionView, TopicView};
-pub use delivery::{Delivery, SubscribeOptions};
+pub use delivery::{Delivery, DeliveryBatch, SubscribeOptions};
 
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
@@ -20,6 +21,8 @@ use crate::store::scheduled::Rescheduled;
 use crate::store::stream::{Due, NewMessage, Published};
 use crate::store::topics::{SubscriptionSettings, TopicSettings};
 use crate::store::{Store, TopicKeys};
+use ack_id::AckId;
+use budget::{ByteBudget, StreamBudget};
 use delivery::DeliveryLoop;
 use promoter::{Promoter, PromotionTimers};
 use retention::MemoryGuard;
@@ -51,6 +54,10 @@ pub struct Broker {
     /// then held by the delivery loops until due).
     promote_ahead: Duration,
     default_ack_deadline: Duration,
+    /// The most bytes one message can have, by the server's limits.
+    max_message_bytes: u64,
+    /// What all Subscribe streams of this replica may hold, fetched but not yet sent.
+    subscribe_buffer: Arc<ByteBudget>,
     topic_settings: Arc<Mutex<HashMap<String, (Instant, TopicSettings)>>>,
     memory: MemoryGuard,
     shutdown: CancellationToken,
@@ -67,6 +74,10 @@ pub struct BrokerSettings {
     pub promote_ahead: Duration,
     /// Ack deadline of streams whose request and subscription set none.
     pub default_ack_deadline: Duration,
+    /// The most bytes one message can have (payload, attributes, ordering key).
+    pub max_message_bytes: u64,
+    /// Bytes all Subscribe streams of the replica may hold, fetched but not yet sent.
+    pub subscribe_buffer_bytes: u64,
 }
 
 impl Broker {
@@ -85,6 +96,8 @@ impl Broker {
             dedupe_window: settings.dedupe_window,
             promote_ahead: settings.promote_ahead,
             default_ack_deadline: settings.default_ack_deadline,
+            max_message_bytes: settings.max_message_bytes,
+            subscribe_buffer: ByteBudget::new(settings.subscribe_buffer_bytes),
             topic_settings: Arc::default(),
             memory: MemoryGuard::default(),
             shutdown,
@@ -207,7 +220,7 @@ impl Broker {
     pub async fn subscribe(
         &self,
         options: SubscribeOptions,
-    ) -> Result<mpsc::Receiver<Result<Vec<Delivery>>>> {
+    ) -> Result<mpsc::Receiver<Result<DeliveryBatch>>> {
         if self.shutdown.is_cancelled() {
             return Err(Error::ShuttingDown);
         }
@@ -240,12 +253,15 @@ impl Broker {
         }
         let (sender, receiver) = mpsc::channel(STREAM_BUFFER);
         let consumer = unique_consumer_name(&options.consumer);
+        let budget =
+            StreamBudget::new(options.max_outstanding_bytes, self.subscribe_buffer.clone());
         tokio::spawn(
             DeliveryLoop {
                 broker: self.clone(),
                 options,
                 ack_deadline,
                 consumer,
+                budget,
                 sender,
             }
             .run(),
@@ -253,15 +269,19 @@ impl Broker {
         Ok(receiver)
     }
 
-    /// Acknowledges deliveries. Unknown or already acked ones are ignored.
+    /// Acknowledges deliveries. Ack ids that are not current (unknown,
+    /// already acked, nacked or redelivered since) or were issued for another
+    /// subscription are ignored and counted, never applied.
     #[tracing::instrument(level = "debug", skip_all, fields(topic = %topic, subscription = %subscription))]
-    pub async fn ack(&self, topic: &str, subscription: &str, leases: &[Lease]) -> Result<()> {
-        let ids: Vec<&str> = leases.iter().map(|l| l.entry_id.as_str()).collect();
+    pub async fn ack(&self, topic: &str, subscription: &str, ack_ids: &[AckId]) -> Result<()> {
+        let (leases, _) = issued_for(ack_ids, topic, subscription);
         let acked = self
             .store
-            .ack(&TopicKeys::new(topic), subscription, &ids)
+            .ack(&TopicKeys::new(topic), subscription, &leases)
             .await?;
         self.metrics.acked(topic, subscription, acked);
+        self.metrics
+            .ack_ids_ignored(topic, subscription, ack_ids.len() as u64 - acked);
         self.wakeups
             .room_freed(leases.iter().map(|l| l.consumer.as_str()))
             .await
@@ -269,19 +289,21 @@ impl Broker {
 
     /// Hands deliveries back: redelivered after `delay`, or after the
     /// subscription's retry backoff when None; dead-lettered when that was
-    /// their last attempt. Leases the caller no longer holds are reported as
-    /// [`Error::LeaseLost`]; the others are handed back all the same.
+    /// their last attempt. Leases the caller no longer holds (and ack ids of
+    /// another subscription) are reported as [`Error::LeaseLost`]; the others
+    /// are handed back all the same.
     #[tracing::instrument(level = "debug", skip_all, fields(topic = %topic, subscription = %subscription))]
     pub async fn nack(
         &self,
         topic: &str,
         subscription: &str,
-        leases: &[Lease],
+        ack_ids: &[AckId],
         delay: Option<Duration>,
     ) -> Result<()> {
+        let (leases, ours) = issued_for(ack_ids, topic, subscription);
         let ended = self
             .store
-            .end_leases(&TopicKeys::new(topic), subscription, leases, delay)
+            .end_leases(&TopicKeys::new(topic), subscription, &leases, delay)
             .await?;
         let count = |what: Ended| ended.iter().filter(|&&e| e == what).count() as u64;
         let dead_lettered = count(Ended::DeadLettered);
@@ -296,7 +318,7 @@ impl Broker {
             // Streams recompute when to look next, here and on other replicas.
             self.wakeups.deliveries_returned(topic).await?;
         }
-        lost_leases(leases, &held)
+        lost_leases(ack_ids, &ours, &held)
     }
 
     /// Sets the leases to end `deadline` from now; zero is a nack without delay.
@@ -305,19 +327,20 @@ impl Broker {
         &self,
         topic: &str,
         subscription: &str,
-        leases: &[Lease],
+        ack_ids: &[AckId],
         deadline: Duration,
     ) -> Result<()> {
         if deadline.is_zero() {
             return self
-                .nack(topic, subscription, leases, Some(Duration::ZERO))
+                .nack(topic, subscription, ack_ids, Some(Duration::ZERO))
                 .await;
         }
+        let (leases, ours) = issued_for(ack_ids, topic, subscription);
         let held = self
             .store
-            .extend(&TopicKeys::new(topic), subscription, leases, deadline)
+            .extend(&TopicKeys::new(topic), subscription, &leases, deadline)
             .await?;
-        lost_leases(leases, &held)
+        lost_leases(ack_ids, &ours, &held)
     }
 
     /// The topic's settings, as read at most [`TOPIC_SETTINGS_TTL`] ago.
@@ -366,13 +389,32 @@ impl Broker {
     }
 }
 
-/// `Err(LeaseLost)` naming the ack ids of the leases that were not `held`.
-fn lost_leases(leases: &[Lease], held: &[bool]) -> Result<()> {
-    let lost: Vec<String> = leases
+/// The leases of the ack ids issued for `subscription` on `topic`, and for
+/// each ack id whether it was. The scripts call with an empty list all the
+/// same: they answer NOT_FOUND for a subscription that does not exist.
+fn issued_for(ack_ids: &[AckId], topic: &str, subscription: &str) -> (Vec<Lease>, Vec<bool>) {
+    let ours: Vec<bool> = ack_ids
         .iter()
-        .zip(held)
-        .filter(|(_, held)| !**held)
-        .map(|(lease, _)| ack_id::encode(lease))
+        .map(|id| id.issued_for(topic, subscription))
+        .collect();
+    let leases = ack_ids
+        .iter()
+        .zip(&ours)
+        .filter(|(_, ours)| **ours)
+        .map(|(id, _)| id.lease.clone())
+        .collect();
+    (leases, ours)
+}
+
+/// `Err(LeaseLost)` naming the ack ids that were foreign (`ours` false) or
+/// whose lease was not `held` (one entry per ack id of ours, in order).
+fn lost_leases(ack_ids: &[AckId], ours: &[bool], held: &[bool]) -> Result<()> {
+    let mut held = held.iter();
+    let lost: Vec<String> = ack_ids
+        .iter()
+        .zip(ours)
+        .filter(|(_, ours)| !**ours || !held.next().copied().unwrap_or(false))
+        .map(|(id, _)| id.text.clone())
         .collect();
     if lost.is_empty() {
         Ok(())

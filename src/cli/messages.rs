@@ -289,6 +289,7 @@ impl Publisher<'_> {
         let pb::PublishResponse {
             message_ids,
             duplicates,
+            deliver_at: _,
         } = response;
         let mut text = String::new();
         for (i, id) in message_ids.iter().enumerate() {
@@ -373,6 +374,7 @@ pub async fn subscribe(args: SubscribeArgs) -> Result<(), BoxError> {
         } as i32,
         retry_policy: None,
         max_delivery_attempts: 0,
+        max_outstanding_bytes: 0,
     };
     let mut stream = client
         .subscribe(request)

@@ -205,7 +205,7 @@ impl AdminService for AdminApi {
         } = request.into_inner();
         convert::check_name("topic", &topic)?;
         convert::check_name("subscription", &subscription)?;
-        dead_letter_ids_valid(&dead_letter_ids)?;
+        dead_letter_ids_valid(&dead_letter_ids, &self.limits)?;
         let rate = if max_per_second == 0 {
             DEFAULT_REDRIVE_RATE
         } else {
@@ -229,7 +229,7 @@ impl AdminService for AdminApi {
         } = request.into_inner();
         convert::check_name("topic", &topic)?;
         convert::check_name("subscription", &subscription)?;
-        dead_letter_ids_valid(&dead_letter_ids)?;
+        dead_letter_ids_valid(&dead_letter_ids, &self.limits)?;
         let purged = self
             .broker
             .purge_dead_letters(&topic, &subscription, &dead_letter_ids)
@@ -286,7 +286,15 @@ fn page_size_or_default(page_size: u32) -> Result<u32> {
     }
 }
 
-fn dead_letter_ids_valid(ids: &[String]) -> Result<()> {
+/// Dead letter ids of a redrive or purge: entry ids, at most as many as the
+/// ack ids of one call.
+fn dead_letter_ids_valid(ids: &[String], limits: &Limits) -> Result<()> {
+    if ids.len() > limits.max_outstanding_limit as usize {
+        return Err(Error::invalid(
+            "dead_letter_ids",
+            format!("at most {} per call", limits.max_outstanding_limit),
+        ));
+    }
     match ids.iter().position(|id| !is_entry_id(id)) {
         Some(i) => Err(Error::invalid(
             format!("dead_letter_ids[{i}]"),

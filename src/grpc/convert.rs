@@ -1,12 +1,13 @@
 //! Request validation and proto <-> domain conversions. Every client mistake
 //! becomes `Error::InvalidArgument` naming the field.
 
-use crate::broker::{Delivery, SubscribeOptions, ack_id};
+use crate::broker::ack_id::{self, AckId};
+use crate::broker::{Delivery, SubscribeOptions};
 use crate::config::Limits;
 use crate::error::{Error, Result};
 use crate::pb;
 use crate::store::dead_letters::{DeadLetter, DeadLetterReason};
-use crate::store::leases::{Lease, RetryPolicy};
+use crate::store::leases::RetryPolicy;
 use crate::store::scheduled::Rescheduled;
 use crate::store::stream::{Due, Entry, GroupStart, NewMessage, Published, is_entry_id};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -227,14 +228,19 @@ fn optional_duration(
 }
 
 pub fn publish_response(published: Vec<Published>) -> pb::PublishResponse {
-    let (message_ids, duplicates) = published
-        .into_iter()
-        .map(|p| (p.message_id, p.duplicate))
-        .unzip();
-    pb::PublishResponse {
-        message_ids,
-        duplicates,
+    let mut response = pb::PublishResponse {
+        message_ids: Vec::with_capacity(published.len()),
+        duplicates: Vec::with_capacity(published.len()),
+        deliver_at: Vec::with_capacity(published.len()),
+    };
+    for p in published {
+        response.message_ids.push(p.message_id);
+        response.duplicates.push(p.duplicate);
+        response
+            .deliver_at
+            .push(timestamp_ms(p.due_ms.unwrap_or_default()));
     }
+    response
 }
 
 pub fn schedule_response(published: Published) -> pb::ScheduleDelayedResponse {
@@ -287,6 +293,7 @@ pub fn subscribe_options(
         start,
         retry_policy,
         max_delivery_attempts,
+        max_outstanding_bytes,
     } = request;
     check_name("topic", &topic)?;
     check_name("subscription", &subscription)?;
@@ -299,6 +306,16 @@ pub fn subscribe_options(
             return Err(Error::invalid(
                 "max_outstanding_messages",
                 format!("at most {}", limits.max_outstanding_limit),
+            ));
+        }
+        n => n,
+    };
+    let max_outstanding_bytes = match max_outstanding_bytes {
+        0 => limits.default_max_outstanding_bytes,
+        n if n > limits.subscribe_buffer_bytes => {
+            return Err(Error::invalid(
+                "max_outstanding_bytes",
+                format!("at most {}", limits.subscribe_buffer_bytes),
             ));
         }
         n => n,
@@ -349,6 +366,7 @@ pub fn subscribe_options(
         subscription,
         consumer,
         max_outstanding,
+        max_outstanding_bytes,
         ack_deadline,
         start,
         retry,
@@ -380,12 +398,12 @@ pub fn lease_duration(
 }
 
 /// Validates the names and ack ids shared by Ack, Nack and ModifyAckDeadline.
-pub fn leases(
+pub fn ack_ids(
     topic: &str,
     subscription: &str,
     ack_ids: &[String],
     limits: &Limits,
-) -> Result<Vec<Lease>> {
+) -> Result<Vec<AckId>> {
     check_name("topic", topic)?;
     check_name("subscription", subscription)?;
     if ack_ids.is_empty() {
@@ -401,6 +419,12 @@ pub fn leases(
         .iter()
         .enumerate()
         .map(|(i, id)| {
+            if id.len() > ack_id::MAX_LEN {
+                return Err(Error::invalid(
+                    format!("ack_ids[{i}]"),
+                    format!("longer than {} bytes", ack_id::MAX_LEN),
+                ));
+            }
             ack_id::parse(id).ok_or_else(|| {
                 Error::invalid(format!("ack_ids[{i}]"), "is not an ack id redq issued")
             })
@@ -584,11 +608,11 @@ mod tests {
         let limits = Limits::default();
         let ids = vec!["1-0/1/c".to_owned(), "garbage".to_owned()];
         assert_eq!(
-            field_of(leases("t", "s", &ids, &limits).unwrap_err()),
+            field_of(ack_ids("t", "s", &ids, &limits).unwrap_err()),
             "ack_ids[1]"
         );
         assert_eq!(
-            field_of(leases("t", "s", &[], &limits).unwrap_err()),
+            field_of(ack_ids("t", "s", &[], &limits).unwrap_err()),
             "ack_ids"
         );
     }

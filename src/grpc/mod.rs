@@ -2,6 +2,7 @@
 //! No Redis types appear here.
 
 mod admin;
+pub mod codec;
 pub mod convert;
 mod queue;
 

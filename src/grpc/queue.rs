@@ -110,7 +110,11 @@ impl QueueService for QueueApi {
         let options = convert::subscribe_options(request.into_inner(), &self.limits)?;
         let deliveries = self.broker.subscribe(options).await?;
         let responses = ReceiverStream::new(deliveries).map(|batch| {
-            let messages = batch?.into_iter().map(convert::received_message).collect();
+            let messages = batch?
+                .into_deliveries()
+                .into_iter()
+                .map(convert::received_message)
+                .collect();
             Ok(pb::SubscribeResponse { messages })
         });
         Ok(Response::new(Box::pin(responses)))
@@ -125,8 +129,8 @@ impl QueueService for QueueApi {
             subscription,
             ack_ids,
         } = request.into_inner();
-        let leases = convert::leases(&topic, &subscription, &ack_ids, &self.limits)?;
-        self.broker.ack(&topic, &subscription, &leases).await?;
+        let ack_ids = convert::ack_ids(&topic, &subscription, &ack_ids, &self.limits)?;
+        self.broker.ack(&topic, &subscription, &ack_ids).await?;
         Ok(Response::new(pb::AckResponse {}))
     }
 
@@ -140,10 +144,10 @@ impl QueueService for QueueApi {
             ack_ids,
             delay,
         } = request.into_inner();
-        let leases = convert::leases(&topic, &subscription, &ack_ids, &self.limits)?;
+        let ack_ids = convert::ack_ids(&topic, &subscription, &ack_ids, &self.limits)?;
         let delay = convert::nack_delay(delay, &self.limits)?;
         self.broker
-            .nack(&topic, &subscription, &leases, delay)
+            .nack(&topic, &subscription, &ack_ids, delay)
             .await?;
         Ok(Response::new(pb::NackResponse {}))
     }
@@ -158,12 +162,12 @@ impl QueueService for QueueApi {
             ack_ids,
             ack_deadline,
         } = request.into_inner();
-        let leases = convert::leases(&topic, &subscription, &ack_ids, &self.limits)?;
+        let ack_ids = convert::ack_ids(&topic, &subscription, &ack_ids, &self.limits)?;
         let ack_deadline =
             ack_deadline.ok_or_else(|| Error::invalid("ack_deadline", "is required"))?;
         let deadline = convert::lease_duration("ack_deadline", ack_deadline, &self.limits, true)?;
         self.broker
-            .modify_ack_deadline(&topic, &subscription, &leases, deadline)
+            .modify_ack_deadline(&topic, &subscription, &ack_ids, deadline)
             .await?;
         Ok(Response::new(pb::ModifyAckDeadlineResponse {}))
     }

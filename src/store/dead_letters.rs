@@ -2,7 +2,9 @@
 //! delivery attempts, with how many there were and why the last one failed.
 
 use super::scripts::REDRIVE_DEAD_LETTERS;
-use super::stream::{Entry, as_array, decode_entry_with, entry_time_ms, is_entry_id};
+use super::stream::{
+    Entry, as_array, decode_entry_with, entry_id_after, entry_time_ms, is_entry_id,
+};
 use super::{Store, TopicKeys};
 use crate::error::{Error, Result};
 use redis::Value;
@@ -42,7 +44,13 @@ impl Store {
         after: Option<&str>,
         page_size: u32,
     ) -> Result<DeadLetterPage> {
-        let start = after.map_or_else(|| "-".to_owned(), |id| format!("({id}"));
+        let start = match after {
+            None => "-".to_owned(),
+            Some(id) => match entry_id_after(id) {
+                Some(next) => next,
+                None => return Ok(DeadLetterPage::default()),
+            },
+        };
         let mut conn = self.connection().await?;
         let reply: Value = redis::cmd("XRANGE")
             .arg(keys.dead_letters(subscription))

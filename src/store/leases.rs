@@ -36,6 +36,8 @@ pub struct Fetched {
     pub now_ms: u64,
     /// Entries of the subscription this fetch dead-lettered (last lease ran out).
     pub dead_lettered: u64,
+    /// The byte limit stopped the fetch; more may be waiting.
+    pub bytes_full: bool,
 }
 
 /// What ending one lease did.
@@ -57,6 +59,9 @@ pub struct ConsumerSpec<'a> {
     pub consumer: &'a str,
     pub max_outstanding: u32,
     pub lease: Duration,
+    /// The most bytes one message can have (payload, attributes, ordering
+    /// key): a fetch reads no more at once than its byte limit could hold at that size.
+    pub max_message_bytes: u64,
 }
 
 /// How a subscription retries and when it gives up.
@@ -99,9 +104,15 @@ impl Store {
         Ok(created == 1)
     }
 
-    /// Hands `spec.consumer` up to `limit` deliveries: expired leases first, then
-    /// new entries, within its room; each gets a lease of `spec.lease`.
-    pub async fn fetch(&self, spec: &ConsumerSpec<'_>, limit: u32) -> Result<Fetched> {
+    /// Hands `spec.consumer` up to `limit` deliveries of about `max_bytes` in
+    /// all (one may go past it): expired leases first, then new entries,
+    /// within its room; each gets a lease of `spec.lease`.
+    pub async fn fetch(
+        &self,
+        spec: &ConsumerSpec<'_>,
+        limit: u32,
+        max_bytes: u64,
+    ) -> Result<Fetched> {
         let mut conn = self.shared();
         let reply: Value = FETCH_DELIVERIES
             .key(&spec.keys.lease_keys(spec.group)[..])
@@ -110,6 +121,8 @@ impl Store {
             .arg(spec.max_outstanding)
             .arg(limit)
             .arg(spec.lease.as_millis() as u64)
+            .arg(max_bytes)
+            .arg(spec.max_message_bytes)
             .invoke_async(&mut conn)
             .await
             .map_err(group_missing_is_not_found)?;
@@ -128,7 +141,9 @@ impl Store {
         let room = as_int(reply.next().unwrap_or(Value::Nil))?;
         let now_ms = as_int(reply.next().unwrap_or(Value::Nil))?;
         let dead_lettered = as_int(reply.next().unwrap_or(Value::Int(0)))?;
+        let bytes_full = as_int(reply.next().unwrap_or(Value::Int(0)))? == 1;
         Ok(Fetched {
+            bytes_full,
             deliveries,
             next_expiry: u64::try_from(wait).ok().map(Duration::from_millis),
             has_room: room > 0,
@@ -137,20 +152,15 @@ impl Store {
         })
     }
 
-    /// Acknowledges entries: they leave the subscription's pending list for
-    /// good. Returns how many were pending.
-    pub async fn ack(&self, keys: &TopicKeys, group: &str, entry_ids: &[&str]) -> Result<u64> {
-        let mut conn = self.shared();
-        let acked: u64 = ACK
-            .key(keys.stream())
+    /// Acknowledges the deliveries still held by their consumer: they leave
+    /// the subscription's pending list for good. Returns how many were held.
+    pub async fn ack(&self, keys: &TopicKeys, group: &str, leases: &[Lease]) -> Result<u64> {
+        let mut invocation = ACK.key(keys.stream());
+        invocation
             .key(keys.timers(group))
             .key(keys.subscription(group))
-            .arg(group)
-            .arg(entry_ids)
-            .invoke_async(&mut conn)
-            .await
-            .map_err(group_missing_is_not_found)?;
-        Ok(acked)
+            .arg(group);
+        self.with_leases(invocation, leases).await
     }
 
     /// Sets each lease still held by its consumer to end `lease` from now.
@@ -167,7 +177,7 @@ impl Store {
             .key(keys.timers(group))
             .arg(group)
             .arg(lease.as_millis() as u64);
-        let held = self.with_leases(invocation, leases).await?;
+        let held: Vec<i64> = self.with_leases(invocation, leases).await?;
         Ok(held.into_iter().map(|held| held == 1).collect())
     }
 
@@ -184,7 +194,7 @@ impl Store {
         let delay_ms = delay.map_or(-1, |d| d.as_millis() as i64);
         let mut invocation = END_LEASES.key(&keys.lease_keys(group)[..]);
         invocation.arg(group).arg(delay_ms);
-        let ended = self.with_leases(invocation, leases).await?;
+        let ended: Vec<i64> = self.with_leases(invocation, leases).await?;
         Ok(ended
             .into_iter()
             .map(|ended| match ended {
@@ -195,11 +205,13 @@ impl Store {
             .collect())
     }
 
-    async fn with_leases(
+    /// Runs a lease script with one (entry id, consumer, delivery count)
+    /// triple per lease after its other arguments.
+    async fn with_leases<T: redis::FromRedisValue>(
         &self,
         mut invocation: redis::ScriptInvocation<'_>,
         leases: &[Lease],
-    ) -> Result<Vec<i64>> {
+    ) -> Result<T> {
         for held in leases {
             invocation
                 .arg(&held.entry_id)

@@ -45,7 +45,8 @@ pub struct Published {
     pub message_id: String,
     /// The dedupe id was already used in the window; `message_id` is the original's.
     pub duplicate: bool,
-    /// When the message is (or was) due, in ms since the epoch; None for duplicates.
+    /// When the message is (or was) due, in ms since the epoch; for a
+    /// duplicate, the original's (None when it cannot be told).
     pub due_ms: Option<u64>,
     /// How long until it is due, when it waits in the schedule rather than in the stream.
     pub scheduled_in: Option<Duration>,
@@ -153,12 +154,23 @@ pub fn entry_id_before(id: &str) -> String {
     }
 }
 
-/// Whether `id` has the shape of a stream entry id.
+/// The least possible entry id after `id`: the first to read so that `id` is
+/// skipped; None after the greatest (Redis refuses `(` before it).
+pub fn entry_id_after(id: &str) -> Option<String> {
+    let (ms, seq) = id.split_once('-')?;
+    let (ms, seq) = (ms.parse::<u64>().ok()?, seq.parse::<u64>().ok()?);
+    match seq.checked_add(1) {
+        Some(seq) => Some(format!("{ms}-{seq}")),
+        None => Some(format!("{}-0", ms.checked_add(1)?)),
+    }
+}
+
+/// Whether `id` is a stream entry id Redis accepts: two u64s, `<ms>-<seq>`.
+/// Digits alone are not enough: Redis rejects `18446744073709551616-0`.
 pub fn is_entry_id(id: &str) -> bool {
+    let digits = |part: &str| !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit());
     matches!(id.split_once('-'), Some((ms, seq))
-        if !ms.is_empty() && !seq.is_empty()
-            && ms.bytes().all(|b| b.is_ascii_digit())
-            && seq.bytes().all(|b| b.is_ascii_digit()))
+        if digits(ms) && digits(seq) && ms.parse::<u64>().is_ok() && seq.parse::<u64>().is_ok())
 }
 
 impl Store {
@@ -255,11 +267,13 @@ impl Store {
                     return Err(Error::Corrupt("short publish reply".into()));
                 };
                 let due = as_int(due)?;
+                let duplicate = as_int(duplicate)? == 1;
                 Ok(Published {
                     message_id: as_string(id)?,
-                    duplicate: as_int(duplicate)? == 1,
+                    duplicate,
                     due_ms: u64::try_from(due).ok().filter(|&d| d > 0),
-                    scheduled_in: (due > now)
+                    // A duplicate was scheduled (and its wake-up set) by the original.
+                    scheduled_in: (due > now && !duplicate)
                         .then(|| Duration::from_millis(u64::try_from(due - now).unwrap_or(0))),
                 })
             })
@@ -423,6 +437,12 @@ mod tests {
         assert_eq!(entry_id_before("5-3"), "5-2");
         assert_eq!(entry_id_before("5-0"), format!("4-{}", u64::MAX));
         assert_eq!(entry_id_before("0-0"), "0-0");
+        assert_eq!(entry_id_after("5-3").as_deref(), Some("5-4"));
+        assert_eq!(
+            entry_id_after(&format!("5-{}", u64::MAX)).as_deref(),
+            Some("6-0")
+        );
+        assert_eq!(entry_id_after(&format!("{0}-{0}", u64::MAX)), None);
     }
 
     #[test]
@@ -432,6 +452,15 @@ mod tests {
         assert!(!is_entry_id("1-"));
         assert!(!is_entry_id("x-1"));
         assert!(!is_entry_id("17"));
+        assert!(is_entry_id("18446744073709551615-18446744073709551615"));
+        for out_of_range in [
+            "18446744073709551616-0",
+            "99999999999999999999-0",
+            "0-18446744073709551616",
+            "+1-0",
+        ] {
+            assert!(!is_entry_id(out_of_range), "{out_of_range}");
+        }
     }
 
     #[test]

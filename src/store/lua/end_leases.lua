@@ -10,6 +10,7 @@ local stream, timers, settings, dlq = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local group = ARGV[1]
 local delay = tonumber(ARGV[2])
 local now = now_ms()
+require_group(stream, group)
 
 local held = {}
 for i = 3, #ARGV, 3 do

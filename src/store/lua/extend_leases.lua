@@ -8,6 +8,7 @@
 local stream, timers = KEYS[1], KEYS[2]
 local group = ARGV[1]
 local deadline = now_ms() + tonumber(ARGV[2])
+require_group(stream, group)
 
 local held = {}
 for i = 3, #ARGV, 3 do

@@ -12,17 +12,22 @@
 --
 -- KEYS[1] stream, KEYS[2] timers ZSET, KEYS[3] subscription settings HASH, KEYS[4] dead letters STREAM
 -- ARGV[1] group, ARGV[2] consumer, ARGV[3] max outstanding for this consumer,
--- ARGV[4] most deliveries (and ended leases) to handle, ARGV[5] lease length in ms
--- Returns { wait_ms, { {id, delivery_count, {field, value, ...}}, ... }, room, now, dead }
+-- ARGV[4] most deliveries (and ended leases) to handle, ARGV[5] lease length in ms,
+-- ARGV[6] most bytes of messages to hand out (one message may go past it),
+-- ARGV[7] the most bytes one message can have
+-- Returns { wait_ms, { {id, delivery_count, {field, value, ...}}, ... }, room, now, dead, bytes_full }
 --   wait_ms: ms until the next timer this consumer could act on, -1 if none;
 --   room: deliveries this consumer may still take; now: Redis' clock in ms;
---   dead: entries this call dead-lettered.
+--   dead: entries this call dead-lettered; bytes_full: 1 when ARGV[6] stopped
+--   it (more may be waiting).
 
 local stream, timers, settings, dlq = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local group, consumer = ARGV[1], ARGV[2]
 local max_outstanding = tonumber(ARGV[3])
 local limit = tonumber(ARGV[4])
 local lease_ms = tonumber(ARGV[5])
+local max_bytes = tonumber(ARGV[6])
+local max_entry = math.max(1, tonumber(ARGV[7]))
 
 local now = now_ms()
 local deadline = now + lease_ms
@@ -30,6 +35,17 @@ local out = {}
 local ended = 0 -- leases ended by this call, bounded by `limit`
 local dead = 0  -- of which dead-lettered
 local room = 0  -- deliveries this consumer may still take
+local bytes = 0 -- of the messages handed out
+
+local function size_of(fields)
+  local n = 0
+  for f = 1, #fields do n = n + #fields[f] end
+  return n
+end
+
+local function full()
+  return room <= 0 or #out >= limit or bytes >= max_bytes
+end
 
 -- Redriven dead letters are for one subscription only (field `o`).
 local function meant_for_others(fields)
@@ -56,12 +72,13 @@ end
 
 -- Hands this consumer a parked entry whose time has come, if it has room.
 local function claim_parked(id, count)
-  if room <= 0 or #out >= limit then return end
+  if full() then return end
   local claimed = redis.call('XCLAIM', stream, group, consumer, 0, id)[1]
   if claimed then
     redis.call('ZADD', timers, deadline, id)
     out[#out + 1] = { id, count + 1, claimed[2] }
     room = room - 1
+    bytes = bytes + size_of(claimed[2])
   else
     -- The entry left the stream; drop what is left of its delivery.
     redis.call('XACK', stream, group, id)
@@ -112,22 +129,33 @@ for _, member in ipairs(due) do
   end
 end
 
-if room > 0 and #out < limit then
+-- New entries, in reads no larger than the bytes left could hold at the
+-- largest message size: an entry read is delivered, it cannot be put back.
+-- One batch timer covers all the reads.
+local first_new, last_new
+while not full() do
+  local fits = math.max(1, math.floor((max_bytes - bytes) / max_entry))
+  local count = math.min(room, limit - #out, fits)
   local read = redis.call('XREADGROUP', 'GROUP', group, consumer,
-    'COUNT', math.min(room, limit - #out), 'STREAMS', stream, '>')
+    'COUNT', count, 'STREAMS', stream, '>')
   local entries = read and read[1][2] or {}
-  if #entries > 0 then
-    for _, entry in ipairs(entries) do
-      if meant_for_others(entry[2]) then
-        redis.call('XACK', stream, group, entry[1])
-      else
-        out[#out + 1] = { entry[1], 1, entry[2] }
-        room = room - 1
-      end
+  for _, entry in ipairs(entries) do
+    if meant_for_others(entry[2]) then
+      redis.call('XACK', stream, group, entry[1])
+    else
+      out[#out + 1] = { entry[1], 1, entry[2] }
+      room = room - 1
+      bytes = bytes + size_of(entry[2])
     end
-    local batch = 'b/' .. consumer .. '/' .. entries[1][1] .. '/' .. entries[#entries][1]
-    redis.call('ZADD', timers, deadline, batch)
   end
+  if #entries > 0 then
+    first_new = first_new or entries[1][1]
+    last_new = entries[#entries][1]
+  end
+  if #entries < count then break end
+end
+if first_new then
+  redis.call('ZADD', timers, deadline, 'b/' .. consumer .. '/' .. first_new .. '/' .. last_new)
 end
 
 -- Wait until the next timer in the future. Due timers left behind are
@@ -140,4 +168,4 @@ else
   local next = redis.call('ZRANGEBYSCORE', timers, '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
   if next[1] then wait = tonumber(next[2]) - now end
 end
-return { wait, out, math.max(room, 0), now, dead }
+return { wait, out, math.max(room, 0), now, dead, bytes >= max_bytes and 1 or 0 }

@@ -10,6 +10,21 @@ end
 -- a retry backoff), so that they use up no real consumer's room.
 local PARKED = 'redq.parked'
 
+-- Fails with NOGROUP when the subscription (or its topic) does not exist,
+-- as XPENDING would: XACK answers 0 there, which would pass for "acked".
+local function require_group(stream, group)
+  redis.call('XPENDING', stream, group, '-', '+', 0)
+end
+
+-- Calls `fn(...)` with the values of `list` in chunks: `unpack` of a
+-- client-sized list fails past about 8,000 values ("too many results to unpack").
+local UNPACK_CHUNK = 1000
+local function in_chunks(list, fn)
+  for first = 1, #list, UNPACK_CHUNK do
+    fn(unpack(list, first, math.min(first + UNPACK_CHUNK - 1, #list)))
+  end
+end
+
 -- Whether `consumer` still holds the delivery of entry `id` it was handed at
 -- delivery count `count`: otherwise it was acked, nacked or redelivered since.
 local function holds(stream, group, id, consumer, count)

@@ -1,0 +1,122 @@
+//! What Subscribe streams hold in the server is bounded by bytes, not only by
+//! message count: clients that do not read cannot grow a replica past its
+//! budgets (`max_outstanding_bytes` per stream, `--subscribe-buffer-bytes` in
+//! all). Prints the server's resident memory; asserts only the documented
+//! bound, never a time.
+
+#![allow(clippy::needless_update)]
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use redq::pb;
+
+const MIB: u64 = 1024 * 1024;
+/// A 1 GiB backlog of 1 MiB messages (three per Publish).
+const MESSAGES: usize = 1023;
+const PAYLOAD: usize = 1024 * 1024 - 512;
+const STREAMS: usize = 10;
+/// The README's bound for this case: 10 streams at the default 10 MiB each,
+/// and what the process needs besides.
+const RSS_BOUND_MIB: u64 = 400;
+
+fn rss_mib(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS");
+    kib / 1024
+}
+
+async fn pending(admin: &mut Admin) -> u64 {
+    admin
+        .get_subscription(pb::GetSubscriptionRequest {
+            topic: "big".into(),
+            name: "slow".into(),
+        })
+        .await
+        .expect("GetSubscription")
+        .into_inner()
+        .stats
+        .expect("stats")
+        .pending
+}
+
+#[tokio::test]
+async fn streams_whose_clients_do_not_read_stay_within_their_byte_budget() {
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis.url(), &[]).await;
+    let mut client = server.client().await;
+    let payload = Bytes::from(vec![b'x'; PAYLOAD]);
+    // Three per call: gRPC clients refuse messages over 4 MiB by default.
+    for _ in 0..MESSAGES / 3 {
+        let messages = (0..3).map(|_| message(payload.clone())).collect();
+        publish_messages(&mut client, "big", messages).await;
+    }
+    let before = rss_mib(server.pid());
+
+    // Ten streams, each on its own connection, whose clients never read.
+    let mut streams = Vec::new();
+    for _ in 0..STREAMS {
+        let mut reader = pb::queue_service_client::QueueServiceClient::new(server.channel().await);
+        let stream = reader
+            .subscribe(Sub::deadline(Duration::from_secs(600)).request("big", "slow"))
+            .await
+            .expect("subscribe")
+            .into_inner();
+        streams.push((reader, stream));
+    }
+    // Wait until the streams stop taking deliveries (bounded, not timed).
+    let mut admin = server.admin().await;
+    let mut last = u64::MAX;
+    let started = tokio::time::Instant::now();
+    loop {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let now = pending(&mut admin).await;
+        if now == last || started.elapsed() > EVENTUALLY {
+            break;
+        }
+        last = now;
+    }
+    let held = rss_mib(server.pid());
+    let delivered = pending(&mut admin).await;
+    println!(
+        "stream_memory: {STREAMS} non-reading streams on a {} MiB backlog of 1 MiB messages: \
+         server RSS {before} MiB before, {held} MiB while they hold {delivered} deliveries",
+        MESSAGES as u64 * PAYLOAD as u64 / MIB
+    );
+    assert!(
+        held < RSS_BOUND_MIB,
+        "RSS {held} MiB over the documented {RSS_BOUND_MIB} MiB ({delivered} delivered)"
+    );
+    // Each stream takes about its 10 MiB budget (plus what its client's HTTP/2
+    // window took in), not its 100 outstanding messages.
+    assert!(
+        delivered <= (STREAMS as u64) * 30,
+        "{delivered} delivered to streams that do not read"
+    );
+
+    // A stream that reads gets the rest, its memory bounded the same way.
+    drop(streams);
+    let mut reader = subscribe(&mut client, "big", "fast", Sub::default()).await;
+    let mut received = 0;
+    let mut peak = 0;
+    while received < MESSAGES {
+        let got = next_messages(&mut reader, 1, EVENTUALLY).await;
+        assert!(!got.is_empty(), "stalled after {received} messages");
+        received += got.len();
+        peak = peak.max(rss_mib(server.pid()));
+        ack(&mut client, "big", "fast", ack_ids_of(&got))
+            .await
+            .unwrap();
+    }
+    println!(
+        "stream_memory: one reading stream took all {received}: server RSS peaked at {peak} MiB"
+    );
+    assert!(peak < RSS_BOUND_MIB, "RSS peaked at {peak} MiB");
+}
