@@ -8,11 +8,12 @@ use super::scripts::{
     ACK, END_LEASES, ENSURE_SUBSCRIPTION, EXTEND_LEASES, FETCH_DELIVERIES, PRUNE_CONSUMERS,
     RELEASE_CONSUMER,
 };
-use super::stream::{Entry, GroupStart, as_array, as_int, decode_entry};
+use super::stream::{Entry, GroupStart, as_array, as_int, decode_entry, parse_entry_id};
 use super::topics::SubscriptionSettings;
 use super::{Store, TopicKeys};
 use crate::error::{Error, Result};
 use redis::Value;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// One delivery of an entry to a consumer: what an ack id stands for.
@@ -160,7 +161,22 @@ impl Store {
             .key(keys.timers(group))
             .key(keys.subscription(group))
             .arg(group);
-        self.with_leases(invocation, leases).await
+        for (consumer, held) in by_consumer(leases) {
+            let (first, last) = (&held[0].0, &held[held.len() - 1].0);
+            invocation
+                .arg(consumer)
+                .arg(first)
+                .arg(last)
+                .arg(held.len());
+            for (id, attempt) in held {
+                invocation.arg(id).arg(attempt);
+            }
+        }
+        let mut conn = self.shared();
+        invocation
+            .invoke_async(&mut conn)
+            .await
+            .map_err(group_missing_is_not_found)
     }
 
     /// Sets each lease still held by its consumer to end `lease` from now.
@@ -259,6 +275,31 @@ impl Store {
             .await?;
         Ok(removed)
     }
+}
+
+/// Leases grouped by consumer, each group's (entry id, delivery count) in
+/// entry id order; ids that are not entry ids are left out (they hold nothing).
+fn by_consumer(leases: &[Lease]) -> BTreeMap<&str, Vec<(String, u32)>> {
+    let mut groups: BTreeMap<&str, Vec<((u64, u64), u32)>> = BTreeMap::new();
+    for lease in leases {
+        if let Some(id) = parse_entry_id(&lease.entry_id) {
+            groups
+                .entry(lease.consumer.as_str())
+                .or_default()
+                .push((id, lease.attempt));
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(consumer, mut held)| {
+            held.sort_unstable();
+            let held = held
+                .into_iter()
+                .map(|((ms, seq), attempt)| (format!("{ms}-{seq}"), attempt))
+                .collect();
+            (consumer, held)
+        })
+        .collect()
 }
 
 /// A missing consumer group means the subscription does not exist.

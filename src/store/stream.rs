@@ -157,20 +157,27 @@ pub fn entry_id_before(id: &str) -> String {
 /// The least possible entry id after `id`: the first to read so that `id` is
 /// skipped; None after the greatest (Redis refuses `(` before it).
 pub fn entry_id_after(id: &str) -> Option<String> {
-    let (ms, seq) = id.split_once('-')?;
-    let (ms, seq) = (ms.parse::<u64>().ok()?, seq.parse::<u64>().ok()?);
+    let (ms, seq) = parse_entry_id(id)?;
     match seq.checked_add(1) {
         Some(seq) => Some(format!("{ms}-{seq}")),
         None => Some(format!("{}-0", ms.checked_add(1)?)),
     }
 }
 
-/// Whether `id` is a stream entry id Redis accepts: two u64s, `<ms>-<seq>`.
+/// The two numbers of a stream entry id Redis accepts, `<ms>-<seq>`.
 /// Digits alone are not enough: Redis rejects `18446744073709551616-0`.
-pub fn is_entry_id(id: &str) -> bool {
+pub fn parse_entry_id(id: &str) -> Option<(u64, u64)> {
+    let (ms, seq) = id.split_once('-')?;
     let digits = |part: &str| !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit());
-    matches!(id.split_once('-'), Some((ms, seq))
-        if digits(ms) && digits(seq) && ms.parse::<u64>().is_ok() && seq.parse::<u64>().is_ok())
+    if !digits(ms) || !digits(seq) {
+        return None;
+    }
+    Some((ms.parse().ok()?, seq.parse().ok()?))
+}
+
+/// Whether `id` is a stream entry id Redis accepts.
+pub fn is_entry_id(id: &str) -> bool {
+    parse_entry_id(id).is_some()
 }
 
 impl Store {

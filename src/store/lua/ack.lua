@@ -4,19 +4,41 @@
 -- since) is left alone, so a stale or foreign ack id never acks what another
 -- consumer now holds.
 --
+-- The deliveries come grouped by consumer, so that one XPENDING per consumer
+-- (over the range of its ids) checks them all: one per id made acking cost
+-- a third more.
+--
 -- KEYS[1] stream, KEYS[2] timers ZSET, KEYS[3] subscription settings HASH
--- ARGV[1] group, then triples: id, consumer, delivery count
+-- ARGV[1] group, then per consumer: consumer, first id, last id, n, and n
+-- pairs: id, delivery count
 -- Returns the number of deliveries acked now.
 
 local stream, timers, settings = KEYS[1], KEYS[2], KEYS[3]
 local group = ARGV[1]
+-- The most pending entries read for one consumer's range; past it, a held
+-- delivery may go unacked (and is redelivered), never the reverse.
+local RANGE_MAX = 100000
 require_group(stream, group)
 
 local held = {}
-for i = 2, #ARGV, 3 do
-  local id, consumer, count = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
-  if holds(stream, group, id, consumer, count) then held[#held + 1] = id end
+local i = 2
+while i <= #ARGV do
+  local consumer, first, last, n = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
+  i = i + 4
+  local counts = {}
+  for _, p in ipairs(redis.call('XPENDING', stream, group, first, last, RANGE_MAX, consumer)) do
+    counts[p[1]] = tonumber(p[4])
+  end
+  for j = i, i + 2 * n - 1, 2 do
+    local id = ARGV[j]
+    if counts[id] ~= nil and counts[id] == tonumber(ARGV[j + 1]) then
+      held[#held + 1] = id
+      counts[id] = nil -- an id given twice is acked once
+    end
+  end
+  i = i + 2 * n
 end
+
 local acked = 0
 in_chunks(held, function(...)
   acked = acked + redis.call('XACK', stream, group, ...)
