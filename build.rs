@@ -4,7 +4,11 @@
 use prost::Message;
 use std::path::PathBuf;
 
-const PROTOS: &[&str] = &["proto/redq/v1/queue.proto", "proto/redq/v1/admin.proto"];
+const PROTOS: &[&str] = &[
+    "proto/redq/v1/queue.proto",
+    "proto/redq/v1/admin.proto",
+    "proto/google/rpc/status.proto",
+];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=proto");

@@ -3,7 +3,8 @@
 use tonic::{Code, Status};
 
 /// Everything that can go wrong in the broker, sorted by what a client can do about it.
-#[derive(Debug, thiserror::Error)]
+/// Clone, so that one failed write can answer every request it carried.
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum Error {
     /// The request is wrong; `field` names the offending part of it.
     #[error("{field}: {reason}")]

@@ -27,9 +27,29 @@ pub mod shutdown;
 pub mod store;
 pub mod workers;
 
+/// Code generated from `proto/`, in modules named after the proto packages
+/// (generated code refers to `google.rpc` by its relative path).
+mod proto {
+    pub mod redq {
+        pub mod v1 {
+            tonic::include_proto!("redq.v1");
+        }
+    }
+    pub mod google {
+        pub mod rpc {
+            tonic::include_proto!("google.rpc");
+        }
+    }
+}
+
 /// Code generated from `proto/redq/v1/*.proto`.
 pub mod pb {
-    tonic::include_proto!("redq.v1");
+    pub use crate::proto::redq::v1::*;
+
+    /// `google.rpc.Status`, sent per request on streaming RPCs.
+    pub mod rpc {
+        pub use crate::proto::google::rpc::*;
+    }
 
     /// Encoded descriptors of redq's protos, served by gRPC reflection.
     pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("redq_descriptor");

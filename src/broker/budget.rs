@@ -14,7 +14,7 @@ use tokio::sync::Notify;
 /// One budget of bytes, shared by the reservations taken from it.
 #[derive(Debug)]
 pub struct ByteBudget {
-    limit: u64,
+    limit: AtomicU64,
     used: AtomicU64,
     freed: Notify,
 }
@@ -22,7 +22,7 @@ pub struct ByteBudget {
 impl ByteBudget {
     pub fn new(limit: u64) -> Arc<Self> {
         Arc::new(Self {
-            limit,
+            limit: AtomicU64::new(limit),
             used: AtomicU64::new(0),
             freed: Notify::new(),
         })
@@ -34,7 +34,9 @@ impl ByteBudget {
     }
 
     fn left(&self) -> u64 {
-        self.limit.saturating_sub(self.used())
+        self.limit
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.used())
     }
 
     fn give_back(&self, bytes: u64) {
@@ -68,6 +70,12 @@ impl StreamBudget {
         } else {
             left
         }
+    }
+
+    /// Changes the stream's own limit (a flow-control update).
+    pub fn set_limit(&self, limit: u64) {
+        self.stream.limit.store(limit, Ordering::Relaxed);
+        self.stream.freed.notify_waiters();
     }
 
     /// Waits until [`Self::available`] is above zero.

@@ -11,9 +11,11 @@ use crate::store::TopicKeys;
 use crate::store::leases::{ConsumerSpec, Lease, RetryPolicy};
 use crate::store::stream::{Entry, GroupStart};
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 /// Most deliveries fetched in one script call.
 const FETCH_LIMIT: u32 = 500;
@@ -39,6 +41,45 @@ pub struct SubscribeOptions {
     pub start: GroupStart,
     /// Retry settings of the subscription, if this call creates it.
     pub retry: RetryPolicy,
+}
+
+/// A stream's flow control, which a StreamingSubscribe client can change
+/// while the stream runs; and the way to end the stream from the server.
+#[derive(Debug)]
+pub struct FlowControl {
+    max_outstanding: AtomicU32,
+    budget: StreamBudget,
+    changed: Notify,
+    stop: CancellationToken,
+}
+
+impl FlowControl {
+    pub(super) fn new(max_outstanding: u32, budget: StreamBudget, stop: CancellationToken) -> Self {
+        Self {
+            max_outstanding: AtomicU32::new(max_outstanding),
+            budget,
+            changed: Notify::new(),
+            stop,
+        }
+    }
+
+    /// Delivered-but-unacked messages the stream may hold from now on.
+    pub fn set_max_outstanding(&self, max_outstanding: u32) {
+        self.max_outstanding
+            .store(max_outstanding, Ordering::Relaxed);
+        self.changed.notify_one();
+    }
+
+    /// Bytes the server may hold for the stream from now on.
+    pub fn set_max_outstanding_bytes(&self, bytes: u64) {
+        self.budget.set_limit(bytes);
+        self.changed.notify_one();
+    }
+
+    /// Ends the stream: what it holds stays pending and is redelivered.
+    pub fn stop(&self) {
+        self.stop.cancel();
+    }
 }
 
 /// Deliveries on their way to the client, with the bytes they hold of the
@@ -71,7 +112,7 @@ pub(super) struct DeliveryLoop {
     pub ack_deadline: Duration,
     /// Unique name of this stream in the consumer group.
     pub consumer: String,
-    pub budget: StreamBudget,
+    pub control: std::sync::Arc<FlowControl>,
     pub sender: mpsc::Sender<Result<DeliveryBatch>>,
 }
 
@@ -84,7 +125,10 @@ impl DeliveryLoop {
             .wakeups
             .watch_topic(&self.options.topic, &self.options.subscription);
         let room = broker.wakeups.register_consumer(&self.consumer);
-        let spec = ConsumerSpec {
+        let control = &self.control;
+        let budget = &control.budget;
+        let stop = &control.stop;
+        let mut spec = ConsumerSpec {
             keys: &keys,
             group: &self.options.subscription,
             consumer: &self.consumer,
@@ -94,10 +138,9 @@ impl DeliveryLoop {
             lease: self.ack_deadline + broker.promote_ahead,
             max_message_bytes: broker.max_message_bytes,
         };
-        let limit = self.options.max_outstanding.min(FETCH_LIMIT);
         let mut held = Held::default();
         // The bytes of the deliveries `held` holds.
-        let mut held_reserved = self.budget.reserve(0);
+        let mut held_reserved = budget.reserve(0);
         let metrics = broker
             .metrics
             .subscription(&self.options.topic, &self.options.subscription);
@@ -112,19 +155,21 @@ impl DeliveryLoop {
             if !self.send(released, reserved, &metrics, &clock).await {
                 break;
             }
-            let max_bytes = self.budget.available();
+            let max_bytes = budget.available();
             if max_bytes == 0 {
                 // The client is not reading (or the replica's budget is spent).
                 tokio::select! {
-                    _ = broker.shutdown.cancelled() => break,
+                    _ = stop.cancelled() => break,
                     _ = self.sender.closed() => break,
-                    _ = self.budget.wait_for_room() => {}
+                    _ = budget.wait_for_room() => {}
                     _ = sleep_until_some(held.next_release()) => {}
                 }
                 continue;
             }
+            spec.max_outstanding = control.max_outstanding.load(Ordering::Relaxed);
+            let limit = spec.max_outstanding.min(FETCH_LIMIT);
             let fetched = tokio::select! {
-                _ = broker.shutdown.cancelled() => break,
+                _ = stop.cancelled() => break,
                 fetched = broker.store.fetch(&spec, limit, max_bytes) => fetched,
             };
             let fetched = match fetched {
@@ -143,7 +188,7 @@ impl DeliveryLoop {
                 at: received,
             };
             let fetched_bytes = wire_bytes(&fetched.deliveries);
-            let mut reserved = self.budget.reserve(fetched_bytes);
+            let mut reserved = budget.reserve(fetched_bytes);
             let ready = held.hold_early(fetched.deliveries, fetched.now_ms, received);
             held_reserved.merge(reserved.split(fetched_bytes - wire_bytes(&ready)));
             if !self.send(ready, reserved, &metrics, &clock).await {
@@ -179,8 +224,9 @@ impl DeliveryLoop {
                 .flatten()
                 .min();
             tokio::select! {
-                _ = broker.shutdown.cancelled() => break,
+                _ = stop.cancelled() => break,
                 _ = self.sender.closed() => break,
+                _ = control.changed.notified() => {}
                 _ = topic.my_turn(), if fetched.has_room => {}
                 // Acks matter only to a full stream; one with room would
                 // fetch again for nothing on each of them.
@@ -247,7 +293,7 @@ impl DeliveryLoop {
                     _reserved: reserved.split(batch_bytes as u64),
                 };
                 let sent = tokio::select! {
-                    _ = self.broker.shutdown.cancelled() => false,
+                    _ = self.control.stop.cancelled() => false,
                     sent = self.sender.send(Ok(batch)) => sent.is_ok(),
                 };
                 if !sent {

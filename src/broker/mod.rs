@@ -7,26 +7,28 @@ mod admin;
 mod budget;
 mod delivery;
 pub mod promoter;
+pub mod publish_batches;
 pub mod retention;
 pub mod wakeups;
 
 pub use admin::{SeekTarget, SubscriptionView, TopicView};
-pub use delivery::{Delivery, DeliveryBatch, SubscribeOptions};
+pub use delivery::{Delivery, DeliveryBatch, FlowControl, SubscribeOptions};
 
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::store::dead_letters::DeadLetterPage;
 use crate::store::leases::{Ended, Lease};
 use crate::store::scheduled::Rescheduled;
-use crate::store::stream::{Due, NewMessage, Published};
+use crate::store::stream::{Due, NewMessage, Published, parse_entry_id};
 use crate::store::topics::{SubscriptionSettings, TopicSettings};
 use crate::store::{Store, TopicKeys};
 use ack_id::AckId;
 use budget::{ByteBudget, StreamBudget};
 use delivery::DeliveryLoop;
 use promoter::{Promoter, PromotionTimers};
+use publish_batches::PublishBatches;
 use retention::MemoryGuard;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use std::time::Instant;
@@ -40,6 +42,13 @@ const PRUNE_IDLE_CONSUMERS: Duration = Duration::from_secs(600);
 
 /// Responses buffered per Subscribe stream before the loop waits for the client.
 const STREAM_BUFFER: usize = 4;
+
+/// An open stream of deliveries.
+pub struct Subscription {
+    /// Batches of deliveries, or the error that ended the stream.
+    pub deliveries: mpsc::Receiver<Result<DeliveryBatch>>,
+    pub control: Arc<FlowControl>,
+}
 
 /// Cheap to clone; every clone shares the same Redis pool and wake-ups.
 #[derive(Clone)]
@@ -58,6 +67,8 @@ pub struct Broker {
     max_message_bytes: u64,
     /// What all Subscribe streams of this replica may hold, fetched but not yet sent.
     subscribe_buffer: Arc<ByteBudget>,
+    /// This worker's publish writers, one per topic.
+    batches: Arc<PublishBatches>,
     topic_settings: Arc<Mutex<HashMap<String, (Instant, TopicSettings)>>>,
     memory: MemoryGuard,
     shutdown: CancellationToken,
@@ -98,6 +109,7 @@ impl Broker {
             default_ack_deadline: settings.default_ack_deadline,
             max_message_bytes: settings.max_message_bytes,
             subscribe_buffer: ByteBudget::new(settings.subscribe_buffer_bytes),
+            batches: Arc::default(),
             topic_settings: Arc::default(),
             memory: MemoryGuard::default(),
             shutdown,
@@ -110,6 +122,7 @@ impl Broker {
     pub fn with_store(&self, store: Store) -> Self {
         Self {
             store,
+            batches: Arc::default(),
             ..self.clone()
         }
     }
@@ -120,6 +133,11 @@ impl Broker {
 
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
+    }
+
+    /// Cancelled when the server starts shutting down.
+    pub fn shutdown(&self) -> &CancellationToken {
+        &self.shutdown
     }
 
     pub fn wakeups(&self) -> &Wakeups {
@@ -144,6 +162,30 @@ impl Broker {
     /// logs at info or above (errors are logged where they become a status).
     #[tracing::instrument(level = "debug", skip_all, fields(topic = %topic))]
     pub async fn publish(&self, topic: &str, messages: Vec<NewMessage>) -> Result<Vec<Published>> {
+        let (settings, dedupe_window) = self.before_publish(topic).await?;
+        check_payloads(&settings, &messages)?;
+        let published = self
+            .store
+            .publish(&TopicKeys::new(topic), &messages, dedupe_window)
+            .await?;
+        self.after_publish(topic, &published).await?;
+        Ok(published)
+    }
+
+    /// Queues messages to be published with the other requests of the topic
+    /// that arrive meanwhile (see [`publish_batches`]); the reply comes when
+    /// they are written. Results in request order.
+    pub fn publish_batched(
+        &self,
+        topic: &str,
+        messages: Vec<NewMessage>,
+    ) -> publish_batches::Reply {
+        self.batches.submit(self, topic, messages)
+    }
+
+    /// What every publish checks first: Redis has room, the topic is
+    /// registered; returns its settings and dedupe window.
+    async fn before_publish(&self, topic: &str) -> Result<(TopicSettings, Duration)> {
         if self.memory.is_full() {
             return Err(Error::ResourceExhausted(
                 "redis is close to its memory limit; publishing is paused".into(),
@@ -151,26 +193,17 @@ impl Broker {
         }
         self.register_topic(topic).await?;
         let settings = self.topic_settings(topic).await?;
-        if let Some(limit) = settings.max_payload_bytes
-            && let Some(i) = messages
-                .iter()
-                .position(|m| m.payload.len() > limit as usize)
-        {
-            return Err(Error::invalid(
-                format!("messages[{i}].payload"),
-                format!("more than the topic's limit of {limit} bytes"),
-            ));
-        }
         let dedupe_window = settings.dedupe_window.unwrap_or(self.dedupe_window);
-        let published = self
-            .store
-            .publish(&TopicKeys::new(topic), &messages, dedupe_window)
-            .await?;
-        self.metrics.published(topic, &published);
+        Ok((settings, dedupe_window))
+    }
+
+    /// Counts what was published and sets the wake-ups of scheduled messages.
+    async fn after_publish(&self, topic: &str, published: &[Published]) -> Result<()> {
+        self.metrics.published(topic, published);
         if let Some(first_due) = published.iter().filter_map(|p| p.scheduled_in).min() {
             self.wakeups.scheduled(topic, first_due).await?;
         }
-        Ok(published)
+        Ok(())
     }
 
     /// Cancels a scheduled message; false when it was delivered (or is unknown).
@@ -217,10 +250,7 @@ impl Broker {
     /// Opens a stream of deliveries for a new consumer of the subscription,
     /// creating the subscription on first use.
     #[tracing::instrument(skip_all, fields(topic = %options.topic, subscription = %options.subscription))]
-    pub async fn subscribe(
-        &self,
-        options: SubscribeOptions,
-    ) -> Result<mpsc::Receiver<Result<DeliveryBatch>>> {
+    pub async fn subscribe(&self, options: SubscribeOptions) -> Result<Subscription> {
         if self.shutdown.is_cancelled() {
             return Err(Error::ShuttingDown);
         }
@@ -255,18 +285,26 @@ impl Broker {
         let consumer = unique_consumer_name(&options.consumer);
         let budget =
             StreamBudget::new(options.max_outstanding_bytes, self.subscribe_buffer.clone());
+        let control = Arc::new(FlowControl::new(
+            options.max_outstanding,
+            budget,
+            self.shutdown.child_token(),
+        ));
         tokio::spawn(
             DeliveryLoop {
                 broker: self.clone(),
                 options,
                 ack_deadline,
                 consumer,
-                budget,
+                control: control.clone(),
                 sender,
             }
             .run(),
         );
-        Ok(receiver)
+        Ok(Subscription {
+            deliveries: receiver,
+            control,
+        })
     }
 
     /// Acknowledges deliveries. Ack ids that are not current (unknown,
@@ -279,9 +317,53 @@ impl Broker {
             .store
             .ack(&TopicKeys::new(topic), subscription, &leases)
             .await?;
+        self.acked(topic, subscription, ack_ids.len(), acked, &leases)
+            .await
+    }
+
+    /// Like [`Self::ack`], telling for each ack id whether it was applied.
+    #[tracing::instrument(level = "debug", skip_all, fields(topic = %topic, subscription = %subscription))]
+    pub async fn ack_confirmed(
+        &self,
+        topic: &str,
+        subscription: &str,
+        ack_ids: &[AckId],
+    ) -> Result<Vec<bool>> {
+        let (leases, ours) = issued_for(ack_ids, topic, subscription);
+        let mut acked: HashSet<String> = self
+            .store
+            .ack_listed(&TopicKeys::new(topic), subscription, &leases)
+            .await?
+            .into_iter()
+            .collect();
+        self.acked(
+            topic,
+            subscription,
+            ack_ids.len(),
+            acked.len() as u64,
+            &leases,
+        )
+        .await?;
+        // An entry acked once answers for the first of its ack ids only.
+        Ok(ack_ids
+            .iter()
+            .zip(ours)
+            .map(|(id, ours)| ours && acked.remove(&canonical_entry_id(&id.lease.entry_id)))
+            .collect())
+    }
+
+    /// Counts an ack call and wakes the streams whose room it freed.
+    async fn acked(
+        &self,
+        topic: &str,
+        subscription: &str,
+        asked: usize,
+        acked: u64,
+        leases: &[Lease],
+    ) -> Result<()> {
         self.metrics.acked(topic, subscription, acked);
         self.metrics
-            .ack_ids_ignored(topic, subscription, ack_ids.len() as u64 - acked);
+            .ack_ids_ignored(topic, subscription, (asked as u64).saturating_sub(acked));
         self.wakeups
             .room_freed(leases.iter().map(|l| l.consumer.as_str()))
             .await
@@ -404,6 +486,29 @@ fn issued_for(ack_ids: &[AckId], topic: &str, subscription: &str) -> (Vec<Lease>
         .map(|(id, _)| id.lease.clone())
         .collect();
     (leases, ours)
+}
+
+/// An entry id as Redis writes it (`007-0` is `7-0`).
+fn canonical_entry_id(id: &str) -> String {
+    match parse_entry_id(id) {
+        Some((ms, seq)) => format!("{ms}-{seq}"),
+        None => id.to_owned(),
+    }
+}
+
+/// Payloads within the topic's own limit (the server's was checked on the way in).
+fn check_payloads(settings: &TopicSettings, messages: &[NewMessage]) -> Result<()> {
+    if let Some(limit) = settings.max_payload_bytes
+        && let Some(i) = messages
+            .iter()
+            .position(|m| m.payload.len() > limit as usize)
+    {
+        return Err(Error::invalid(
+            format!("messages[{i}].payload"),
+            format!("more than the topic's limit of {limit} bytes"),
+        ));
+    }
+    Ok(())
 }
 
 /// `Err(LeaseLost)` naming the ack ids that were foreign (`ours` false) or

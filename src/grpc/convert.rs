@@ -2,7 +2,7 @@
 //! becomes `Error::InvalidArgument` naming the field.
 
 use crate::broker::ack_id::{self, AckId};
-use crate::broker::{Delivery, SubscribeOptions};
+use crate::broker::{Delivery, DeliveryBatch, SubscribeOptions};
 use crate::config::Limits;
 use crate::error::{Error, Result};
 use crate::pb;
@@ -430,6 +430,19 @@ pub fn ack_ids(
             })
         })
         .collect()
+}
+
+/// A Subscribe response from a batch of deliveries (or the error that ends the stream).
+pub fn deliveries(batch: Result<DeliveryBatch>) -> Result<pb::SubscribeResponse, tonic::Status> {
+    let messages = batch?
+        .into_deliveries()
+        .into_iter()
+        .map(received_message)
+        .collect();
+    Ok(pb::SubscribeResponse {
+        messages,
+        confirmation: None,
+    })
 }
 
 pub fn received_message(delivery: Delivery) -> pb::ReceivedMessage {

@@ -4,7 +4,9 @@
 mod admin;
 pub mod codec;
 pub mod convert;
+mod publish_stream;
 mod queue;
+mod streaming_subscribe;
 
 pub use admin::AdminApi;
 pub use queue::QueueApi;

@@ -1,6 +1,6 @@
 //! `redq.v1.QueueService`: validate and convert, call the broker, convert back.
 
-use super::convert;
+use super::{convert, publish_stream, streaming_subscribe};
 use crate::broker::Broker;
 use crate::config::Limits;
 use crate::error::Error;
@@ -12,7 +12,7 @@ use std::pin::Pin;
 use std::time::Instant;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::{Request, Response, Status};
+use tonic::{Request, Response, Status, Streaming};
 
 pub struct QueueApi {
     broker: Broker,
@@ -108,16 +108,35 @@ impl QueueService for QueueApi {
         request: Request<pb::SubscribeRequest>,
     ) -> Result<Response<SubscribeStream>, Status> {
         let options = convert::subscribe_options(request.into_inner(), &self.limits)?;
-        let deliveries = self.broker.subscribe(options).await?;
-        let responses = ReceiverStream::new(deliveries).map(|batch| {
-            let messages = batch?
-                .into_deliveries()
-                .into_iter()
-                .map(convert::received_message)
-                .collect();
-            Ok(pb::SubscribeResponse { messages })
-        });
+        let subscription = self.broker.subscribe(options).await?;
+        let responses = ReceiverStream::new(subscription.deliveries).map(convert::deliveries);
         Ok(Response::new(Box::pin(responses)))
+    }
+
+    type PublishStreamStream = publish_stream::Responses;
+
+    async fn publish_stream(
+        &self,
+        request: Request<Streaming<pb::PublishStreamRequest>>,
+    ) -> Result<Response<Self::PublishStreamStream>, Status> {
+        let inbound = request.into_inner();
+        Ok(Response::new(publish_stream::serve(
+            self.broker.clone(),
+            self.limits.clone(),
+            inbound,
+        )))
+    }
+
+    type StreamingSubscribeStream = streaming_subscribe::Responses;
+
+    async fn streaming_subscribe(
+        &self,
+        request: Request<Streaming<pb::StreamingSubscribeRequest>>,
+    ) -> Result<Response<Self::StreamingSubscribeStream>, Status> {
+        let inbound = request.into_inner();
+        let responses =
+            streaming_subscribe::serve(self.broker.clone(), self.limits.clone(), inbound).await?;
+        Ok(Response::new(responses))
     }
 
     async fn ack(

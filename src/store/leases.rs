@@ -156,11 +156,32 @@ impl Store {
     /// Acknowledges the deliveries still held by their consumer: they leave
     /// the subscription's pending list for good. Returns how many were held.
     pub async fn ack(&self, keys: &TopicKeys, group: &str, leases: &[Lease]) -> Result<u64> {
+        self.ack_script(keys, group, leases, "n").await
+    }
+
+    /// Like [`Self::ack`], returning the entry ids of the deliveries acked.
+    pub async fn ack_listed(
+        &self,
+        keys: &TopicKeys,
+        group: &str,
+        leases: &[Lease],
+    ) -> Result<Vec<String>> {
+        self.ack_script(keys, group, leases, "i").await
+    }
+
+    async fn ack_script<T: redis::FromRedisValue>(
+        &self,
+        keys: &TopicKeys,
+        group: &str,
+        leases: &[Lease],
+        reply: &str,
+    ) -> Result<T> {
         let mut invocation = ACK.key(keys.stream());
         invocation
             .key(keys.timers(group))
             .key(keys.subscription(group))
-            .arg(group);
+            .arg(group)
+            .arg(reply);
         for (consumer, held) in by_consumer(leases) {
             let (first, last) = (&held[0].0, &held[held.len() - 1].0);
             invocation
@@ -280,7 +301,9 @@ impl Store {
 /// Leases grouped by consumer, each group's (entry id, delivery count) in
 /// entry id order; ids that are not entry ids are left out (they hold nothing).
 fn by_consumer(leases: &[Lease]) -> BTreeMap<&str, Vec<(String, u32)>> {
-    let mut groups: BTreeMap<&str, Vec<((u64, u64), u32)>> = BTreeMap::new();
+    // (ms, seq) of each entry id and its delivery count, per consumer.
+    type Held = Vec<((u64, u64), u32)>;
+    let mut groups: BTreeMap<&str, Held> = BTreeMap::new();
     for lease in leases {
         if let Some(id) = parse_entry_id(&lease.entry_id) {
             groups

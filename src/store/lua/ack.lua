@@ -9,19 +9,19 @@
 -- a third more.
 --
 -- KEYS[1] stream, KEYS[2] timers ZSET, KEYS[3] subscription settings HASH
--- ARGV[1] group, then per consumer: consumer, first id, last id, n, and n
--- pairs: id, delivery count
--- Returns the number of deliveries acked now.
+-- ARGV[1] group, ARGV[2] what to return ('n': the count, 'i': the ids), then
+-- per consumer: consumer, first id, last id, n, and n pairs: id, delivery count
+-- Returns the number of deliveries acked now, or their ids.
 
 local stream, timers, settings = KEYS[1], KEYS[2], KEYS[3]
-local group = ARGV[1]
+local group, want_ids = ARGV[1], ARGV[2] == 'i'
 -- The most pending entries read for one consumer's range; past it, a held
 -- delivery may go unacked (and is redelivered), never the reverse.
 local RANGE_MAX = 100000
 require_group(stream, group)
 
 local held = {}
-local i = 2
+local i = 3
 while i <= #ARGV do
   local consumer, first, last, n = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
   i = i + 4
@@ -45,4 +45,5 @@ in_chunks(held, function(...)
   redis.call('ZREM', timers, ...)
 end)
 if acked > 0 then redis.call('HINCRBY', settings, 'acked', acked) end
+if want_ids then return held end
 return acked

@@ -1,0 +1,322 @@
+//! `StreamingSubscribe`: Subscribe with acks, nacks, deadline changes and
+//! flow-control updates on the same stream, so that a client makes no gRPC
+//! call per message. The ids of the requests that arrive while one batch is
+//! being applied are applied together next: one script call per kind.
+
+use super::convert;
+use crate::broker::ack_id::{self, AckId};
+use crate::broker::{Broker, FlowControl};
+use crate::config::Limits;
+use crate::error::{Error, Result};
+use crate::pb;
+use futures::future::BoxFuture;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio_stream::StreamExt;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Status, Streaming};
+
+/// Ack ids waiting to be applied past which the server stops reading the stream.
+const MAX_WAITING_IDS: usize = 50_000;
+
+pub type Responses =
+    std::pin::Pin<Box<dyn futures::Stream<Item = Result<pb::SubscribeResponse, Status>> + Send>>;
+
+/// Opens the stream with its first request, then serves the rest.
+pub async fn serve(
+    broker: Broker,
+    limits: Limits,
+    mut inbound: Streaming<pb::StreamingSubscribeRequest>,
+) -> Result<Responses, Status> {
+    let first = inbound
+        .message()
+        .await?
+        .ok_or_else(|| Error::invalid("subscribe", "the stream ended before its first request"))?;
+    let subscribe = first
+        .subscribe
+        .clone()
+        .ok_or_else(|| Error::invalid("subscribe", "the first request must open the stream"))?;
+    let options = convert::subscribe_options(subscribe, &limits)?;
+    let stream = Lease {
+        topic: options.topic.clone(),
+        subscription: options.subscription.clone(),
+    };
+    let subscription = broker.subscribe(options).await?;
+    let (confirmations, confirmed) = mpsc::channel(4);
+    let requests = Requests {
+        broker,
+        limits,
+        stream,
+        control: subscription.control,
+        confirmations,
+    };
+    tokio::spawn(requests.run(first, inbound));
+    let deliveries = ReceiverStream::new(subscription.deliveries).map(convert::deliveries);
+    Ok(Box::pin(deliveries.merge(ReceiverStream::new(confirmed))))
+}
+
+/// The topic and subscription of the stream.
+#[derive(Clone)]
+struct Lease {
+    topic: String,
+    subscription: String,
+}
+
+struct Requests {
+    broker: Broker,
+    limits: Limits,
+    stream: Lease,
+    control: Arc<FlowControl>,
+    confirmations: mpsc::Sender<Result<pb::SubscribeResponse, Status>>,
+}
+
+/// Ack ids gathered from requests, to apply together.
+#[derive(Default)]
+struct Batch {
+    acks: Vec<AckId>,
+    /// By nack delay (None: the retry backoff).
+    nacks: BTreeMap<Option<Duration>, Vec<AckId>>,
+    /// By new deadline.
+    modifies: BTreeMap<Duration, Vec<AckId>>,
+    /// Whether some request of the batch asked for a confirmation.
+    confirm: bool,
+    confirmation: pb::AckConfirmation,
+}
+
+impl Batch {
+    fn ids(&self) -> usize {
+        self.acks.len()
+            + self.nacks.values().map(Vec::len).sum::<usize>()
+            + self.modifies.values().map(Vec::len).sum::<usize>()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.ids() == 0 && self.confirmation.invalid_ids.is_empty()
+    }
+}
+
+impl Requests {
+    async fn run(
+        self,
+        first: pb::StreamingSubscribeRequest,
+        mut inbound: Streaming<pb::StreamingSubscribeRequest>,
+    ) {
+        let mut batch = Batch::default();
+        let mut applying: Option<BoxFuture<'static, Result<pb::AckConfirmation>>> = None;
+        let mut open = true;
+        if let Err(err) = self.take(first, &mut batch) {
+            self.end(err).await;
+            return;
+        }
+        loop {
+            if applying.is_none() && !batch.is_empty() {
+                applying = Some(Box::pin(apply(
+                    self.broker.clone(),
+                    self.stream.clone(),
+                    std::mem::take(&mut batch),
+                )));
+            }
+            if !open && applying.is_none() {
+                break;
+            }
+            tokio::select! {
+                next = inbound.message(), if open && batch.ids() < MAX_WAITING_IDS => match next {
+                    Ok(Some(request)) => {
+                        if let Err(err) = self.take(request, &mut batch) {
+                            self.end(err).await;
+                            return;
+                        }
+                    }
+                    // The client is done: apply what it sent, then end the stream.
+                    Ok(None) | Err(_) => open = false,
+                },
+                applied = async { applying.as_mut().expect("guarded").await }, if applying.is_some() => {
+                    applying = None;
+                    match applied {
+                        Ok(confirmation) => {
+                            if confirmation != pb::AckConfirmation::default() {
+                                let response = pb::SubscribeResponse {
+                                    messages: Vec::new(),
+                                    confirmation: Some(confirmation),
+                                };
+                                let _ = self.confirmations.send(Ok(response)).await;
+                            }
+                        }
+                        Err(err) => {
+                            self.end(err).await;
+                            return;
+                        }
+                    }
+                }
+                _ = self.confirmations.closed() => break,
+            }
+        }
+        self.control.stop();
+    }
+
+    /// Ends the stream with `err`; its unacked messages are redelivered.
+    async fn end(&self, err: Error) {
+        let _ = self.confirmations.send(Err(err.into())).await;
+        self.control.stop();
+    }
+
+    /// Adds a request's ids to the batch and applies its flow-control updates.
+    fn take(&self, request: pb::StreamingSubscribeRequest, batch: &mut Batch) -> Result<()> {
+        let pb::StreamingSubscribeRequest {
+            subscribe: _,
+            ack_ids,
+            nack_ids,
+            nack_delay,
+            modify_deadline_ack_ids,
+            modify_deadline,
+            max_outstanding_messages,
+            max_outstanding_bytes,
+            confirm,
+        } = request;
+        let limits = &self.limits;
+        if max_outstanding_messages > 0 {
+            if max_outstanding_messages > limits.max_outstanding_limit {
+                return Err(Error::invalid(
+                    "max_outstanding_messages",
+                    format!("at most {}", limits.max_outstanding_limit),
+                ));
+            }
+            self.control.set_max_outstanding(max_outstanding_messages);
+        }
+        if max_outstanding_bytes > 0 {
+            if max_outstanding_bytes > limits.subscribe_buffer_bytes {
+                return Err(Error::invalid(
+                    "max_outstanding_bytes",
+                    format!("at most {}", limits.subscribe_buffer_bytes),
+                ));
+            }
+            self.control
+                .set_max_outstanding_bytes(max_outstanding_bytes);
+        }
+        let delay = convert::nack_delay(nack_delay, limits)?;
+        if !modify_deadline_ack_ids.is_empty() {
+            let deadline = modify_deadline.ok_or_else(|| {
+                Error::invalid(
+                    "modify_deadline",
+                    "is required with modify_deadline_ack_ids",
+                )
+            })?;
+            let deadline = convert::lease_duration("modify_deadline", deadline, limits, true)?;
+            let ids = parse(modify_deadline_ack_ids, batch, confirm);
+            if deadline.is_zero() {
+                batch
+                    .nacks
+                    .entry(Some(Duration::ZERO))
+                    .or_default()
+                    .extend(ids);
+            } else {
+                batch.modifies.entry(deadline).or_default().extend(ids);
+            }
+        }
+        let ids = parse(ack_ids, batch, confirm);
+        batch.acks.extend(ids);
+        let ids = parse(nack_ids, batch, confirm);
+        batch.nacks.entry(delay).or_default().extend(ids);
+        batch.confirm |= confirm;
+        Ok(())
+    }
+}
+
+/// The ack ids redq issued; the others are reported as invalid when the
+/// request asks for a confirmation, and ignored otherwise.
+fn parse(ids: Vec<String>, batch: &mut Batch, confirm: bool) -> Vec<AckId> {
+    let mut parsed = Vec::with_capacity(ids.len());
+    for id in ids {
+        match ack_id::parse(&id) {
+            Some(ack_id) => parsed.push(ack_id),
+            None if confirm => batch.confirmation.invalid_ids.push(id),
+            None => {}
+        }
+    }
+    parsed
+}
+
+/// Applies a batch: one ack call, one nack call per delay, one extension per
+/// deadline. Returns the confirmation (empty unless asked for).
+async fn apply(broker: Broker, stream: Lease, batch: Batch) -> Result<pb::AckConfirmation> {
+    let Lease {
+        topic,
+        subscription,
+    } = &stream;
+    let Batch {
+        acks,
+        nacks,
+        modifies,
+        confirm,
+        mut confirmation,
+    } = batch;
+    if !acks.is_empty() {
+        if confirm {
+            let applied = broker.ack_confirmed(topic, subscription, &acks).await?;
+            sort(
+                acks,
+                applied,
+                &mut confirmation.acked_ids,
+                &mut confirmation.lost_ids,
+            );
+        } else {
+            broker.ack(topic, subscription, &acks).await?;
+        }
+    }
+    for (delay, ids) in nacks {
+        if ids.is_empty() {
+            continue;
+        }
+        let lost = lost(broker.nack(topic, subscription, &ids, delay).await)?;
+        if confirm {
+            let applied = ids.iter().map(|id| !lost.contains(&id.text)).collect();
+            sort(
+                ids,
+                applied,
+                &mut confirmation.nacked_ids,
+                &mut confirmation.lost_ids,
+            );
+        }
+    }
+    for (deadline, ids) in modifies {
+        let lost = lost(
+            broker
+                .modify_ack_deadline(topic, subscription, &ids, deadline)
+                .await,
+        )?;
+        if confirm {
+            let applied = ids.iter().map(|id| !lost.contains(&id.text)).collect();
+            sort(
+                ids,
+                applied,
+                &mut confirmation.modified_ids,
+                &mut confirmation.lost_ids,
+            );
+        }
+    }
+    if !confirm {
+        confirmation = pb::AckConfirmation::default();
+    }
+    Ok(confirmation)
+}
+
+/// The ack ids a lease call found lost; other errors end the stream.
+fn lost(result: Result<()>) -> Result<std::collections::HashSet<String>> {
+    match result {
+        Ok(()) => Ok(Default::default()),
+        Err(Error::LeaseLost(lost)) => Ok(lost.into_iter().collect()),
+        Err(err) => Err(err),
+    }
+}
+
+fn sort(ids: Vec<AckId>, applied: Vec<bool>, done: &mut Vec<String>, lost: &mut Vec<String>) {
+    for (id, applied) in ids.into_iter().zip(applied) {
+        if applied {
+            done.push(id.text)
+        } else {
+            lost.push(id.text)
+        }
+    }
+}

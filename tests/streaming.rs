@@ -1,0 +1,402 @@
+//! The streaming RPCs: PublishStream (per-request ids and statuses on one
+//! stream) and StreamingSubscribe (acks, nacks, deadline changes and flow
+//! control on the subscribe stream), through gRPC against a real Redis.
+
+#![allow(clippy::needless_update)]
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use common::*;
+use redq::pb;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Code, Streaming};
+
+async fn start() -> (RedisServer, TestServer, Client) {
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis.url(), &[]).await;
+    let client = server.client().await;
+    (redis, server, client)
+}
+
+/// An open PublishStream: requests go in through `send`.
+struct PublishStream {
+    requests: mpsc::Sender<pb::PublishStreamRequest>,
+    responses: Streaming<pb::PublishStreamResponse>,
+}
+
+impl PublishStream {
+    async fn open(client: &mut Client) -> Self {
+        let (requests, receiver) = mpsc::channel(10_000);
+        let responses = client
+            .publish_stream(ReceiverStream::new(receiver))
+            .await
+            .expect("open PublishStream")
+            .into_inner();
+        Self {
+            requests,
+            responses,
+        }
+    }
+
+    async fn send(&self, request_id: u64, topic: &str, messages: Vec<pb::PublishMessage>) {
+        self.requests
+            .send(pb::PublishStreamRequest {
+                request_id,
+                topic: topic.into(),
+                messages,
+            })
+            .await
+            .expect("request sent");
+    }
+
+    /// The next `n` responses, by request id.
+    async fn answers(&mut self, n: usize) -> HashMap<u64, pb::PublishStreamResponse> {
+        let mut got = HashMap::new();
+        while got.len() < n {
+            let response = tokio::time::timeout(EVENTUALLY, self.responses.message())
+                .await
+                .expect("a response in time")
+                .expect("stream ok")
+                .expect("stream open");
+            got.insert(response.request_id, response);
+        }
+        got
+    }
+}
+
+#[tokio::test]
+async fn publish_stream_answers_each_request_and_a_bad_one_fails_alone() {
+    let (_redis, _server, mut client) = start().await;
+    let mut subscriber = subscribe(&mut client, "orders", "s", Sub::default()).await;
+    let mut stream = PublishStream::open(&mut client).await;
+    stream
+        .send(1, "orders", vec![message("a"), message("b")])
+        .await;
+    stream.send(2, "bad topic", vec![message("x")]).await;
+    stream
+        .send(3, "orders", vec![message(Vec::<u8>::new())])
+        .await;
+    stream
+        .send(4, "orders", vec![deduped_message("c", "d-1")])
+        .await;
+    stream
+        .send(5, "orders", vec![deduped_message("c", "d-1")])
+        .await;
+    stream
+        .send(
+            6,
+            "orders",
+            vec![scheduled_message("later", Due::in_ms(60_000))],
+        )
+        .await;
+    let answers = stream.answers(6).await;
+
+    let first = &answers[&1];
+    assert!(first.status.is_none(), "{first:?}");
+    assert_eq!(first.message_ids.len(), 2);
+    assert_eq!(first.duplicates, [false, false]);
+    assert_eq!(first.deliver_at.len(), 2);
+    let bad_topic = answers[&2].status.as_ref().expect("a status");
+    assert_eq!(bad_topic.code, Code::InvalidArgument as i32);
+    assert!(bad_topic.message.contains("topic"), "{bad_topic:?}");
+    let empty = answers[&3].status.as_ref().expect("a status");
+    assert_eq!(empty.code, Code::InvalidArgument as i32);
+    assert!(empty.message.contains("messages[0].payload"), "{empty:?}");
+    assert!(answers[&3].message_ids.is_empty());
+    assert_eq!(answers[&5].duplicates, [true]);
+    assert_eq!(answers[&5].message_ids, answers[&4].message_ids);
+    assert!(
+        answers[&6].message_ids[0].starts_with('s'),
+        "a scheduled id"
+    );
+
+    // What was published is delivered: a, b, c (the scheduled one is not due).
+    let got = expect_messages(&mut subscriber, 3).await;
+    let payloads: Vec<_> = got
+        .iter()
+        .map(|m| m.message.as_ref().unwrap().payload.clone())
+        .collect();
+    assert_eq!(payloads, ["a", "b", "c"]);
+}
+
+#[tokio::test]
+async fn publish_stream_keeps_request_order_within_a_topic_under_load() {
+    let (_redis, _server, mut client) = start().await;
+    let mut stream = PublishStream::open(&mut client).await;
+    const REQUESTS: u64 = 3_000;
+    for id in 0..REQUESTS {
+        let topic = if id % 2 == 0 { "even" } else { "odd" };
+        stream
+            .send(id, topic, vec![message(format!("m{id}"))])
+            .await;
+    }
+    let answers = stream.answers(REQUESTS as usize).await;
+    for topic_parity in [0, 1] {
+        let ids: Vec<(u64, u64)> = (0..REQUESTS)
+            .filter(|id| id % 2 == topic_parity)
+            .map(|id| {
+                let answer = &answers[&id];
+                assert!(answer.status.is_none(), "{answer:?}");
+                let (ms, seq) = answer.message_ids[0].split_once('-').unwrap();
+                (ms.parse().unwrap(), seq.parse().unwrap())
+            })
+            .collect();
+        assert!(
+            ids.windows(2).all(|w| w[0] < w[1]),
+            "entry ids follow request order within a topic"
+        );
+    }
+    // The client half-closes: the stream ends cleanly.
+    drop(stream.requests);
+    let end = tokio::time::timeout(EVENTUALLY, stream.responses.message())
+        .await
+        .expect("the stream ends");
+    assert!(matches!(end, Ok(None)), "{end:?}");
+}
+
+/// An open StreamingSubscribe stream.
+struct SubStream {
+    requests: mpsc::Sender<pb::StreamingSubscribeRequest>,
+    responses: Streaming<pb::SubscribeResponse>,
+}
+
+impl SubStream {
+    async fn open(client: &mut Client, topic: &str, subscription: &str, opts: Sub) -> Self {
+        let (requests, receiver) = mpsc::channel(100);
+        requests
+            .send(pb::StreamingSubscribeRequest {
+                subscribe: Some(opts.request(topic, subscription)),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let responses = client
+            .streaming_subscribe(ReceiverStream::new(receiver))
+            .await
+            .expect("open StreamingSubscribe")
+            .into_inner();
+        Self {
+            requests,
+            responses,
+        }
+    }
+
+    async fn send(&self, request: pb::StreamingSubscribeRequest) {
+        self.requests.send(request).await.expect("request sent");
+    }
+
+    /// Messages until at least `n` arrived (confirmations are skipped).
+    async fn messages(&mut self, n: usize, within: Duration) -> Vec<pb::ReceivedMessage> {
+        let deadline = tokio::time::Instant::now() + within;
+        let mut got = Vec::new();
+        while got.len() < n {
+            match tokio::time::timeout_at(deadline, self.responses.message()).await {
+                Err(_) => break,
+                Ok(response) => got.extend(response.expect("stream ok").expect("open").messages),
+            }
+        }
+        got
+    }
+
+    async fn confirmation(&mut self) -> pb::AckConfirmation {
+        loop {
+            let response = tokio::time::timeout(EVENTUALLY, self.responses.message())
+                .await
+                .expect("a confirmation in time")
+                .expect("stream ok")
+                .expect("open");
+            if let Some(confirmation) = response.confirmation {
+                return confirmation;
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn acks_and_nacks_on_the_stream() {
+    let (_redis, _server, mut client) = start().await;
+    let mut stream =
+        SubStream::open(&mut client, "t", "s", Sub::deadline(Duration::from_secs(2))).await;
+    publish(&mut client, "t", ["a", "b", "c"]).await;
+    let got = stream.messages(3, EVENTUALLY).await;
+    assert_eq!(got.len(), 3);
+    let by_payload = |p: &str| {
+        got.iter()
+            .find(|m| m.message.as_ref().unwrap().payload == p.as_bytes())
+            .unwrap()
+            .ack_id
+            .clone()
+    };
+    stream
+        .send(pb::StreamingSubscribeRequest {
+            ack_ids: vec![by_payload("a"), by_payload("c")],
+            nack_ids: vec![by_payload("b")],
+            nack_delay: Some(pb_duration(Duration::ZERO)),
+            ..Default::default()
+        })
+        .await;
+    // b comes back at once, as a second attempt; a and c never again.
+    let again = stream.messages(1, EVENTUALLY).await;
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].message.as_ref().unwrap().payload, "b");
+    assert_eq!(again[0].delivery_attempt, 2);
+    stream
+        .send(pb::StreamingSubscribeRequest {
+            ack_ids: vec![again[0].ack_id.clone()],
+            ..Default::default()
+        })
+        .await;
+    let none = stream.messages(1, Duration::from_secs(5)).await;
+    assert!(none.is_empty(), "acked messages came back: {none:?}");
+}
+
+#[tokio::test]
+async fn confirmations_say_what_was_applied() {
+    let (_redis, _server, mut client) = start().await;
+    let mut stream = SubStream::open(&mut client, "t", "s", Sub::default()).await;
+    publish(&mut client, "t", ["a", "b"]).await;
+    let got = stream.messages(2, EVENTUALLY).await;
+    let (a, b) = (got[0].ack_id.clone(), got[1].ack_id.clone());
+    stream
+        .send(pb::StreamingSubscribeRequest {
+            ack_ids: vec![a.clone(), "garbage".into()],
+            modify_deadline_ack_ids: vec![b.clone()],
+            modify_deadline: Some(pb_duration(Duration::from_secs(60))),
+            confirm: true,
+            ..Default::default()
+        })
+        .await;
+    let confirmation = stream.confirmation().await;
+    assert_eq!(confirmation.acked_ids, [a.clone()]);
+    assert_eq!(confirmation.modified_ids, [b.clone()]);
+    assert_eq!(confirmation.invalid_ids, ["garbage"]);
+    // Acked already: a second ack of `a` is lost; nacking `b` is applied.
+    stream
+        .send(pb::StreamingSubscribeRequest {
+            ack_ids: vec![a.clone()],
+            nack_ids: vec![b.clone()],
+            nack_delay: Some(pb_duration(Duration::from_secs(60))),
+            confirm: true,
+            ..Default::default()
+        })
+        .await;
+    let confirmation = stream.confirmation().await;
+    assert_eq!(confirmation.lost_ids, [a]);
+    assert_eq!(confirmation.nacked_ids, [b]);
+}
+
+#[tokio::test]
+async fn a_deadline_extended_on_the_stream_keeps_the_lease() {
+    let (_redis, _server, mut client) = start().await;
+    let deadline = Duration::from_secs(1);
+    let mut stream = SubStream::open(&mut client, "t", "s", Sub::deadline(deadline)).await;
+    publish(&mut client, "t", ["slow"]).await;
+    let got = stream.messages(1, EVENTUALLY).await;
+    stream
+        .send(pb::StreamingSubscribeRequest {
+            modify_deadline_ack_ids: vec![got[0].ack_id.clone()],
+            modify_deadline: Some(pb_duration(Duration::from_secs(30))),
+            ..Default::default()
+        })
+        .await;
+    let again = stream.messages(1, deadline * 4).await;
+    assert!(again.is_empty(), "an extended lease ran out: {again:?}");
+}
+
+#[tokio::test]
+async fn flow_control_updates_on_the_stream() {
+    let (_redis, _server, mut client) = start().await;
+    let mut stream = SubStream::open(
+        &mut client,
+        "t",
+        "s",
+        Sub::deadline(Duration::from_secs(60)).max_outstanding(2),
+    )
+    .await;
+    publish(&mut client, "t", payloads("m", 10)).await;
+    let got = stream.messages(10, Duration::from_secs(3)).await;
+    assert_eq!(got.len(), 2, "two outstanding at most");
+    stream
+        .send(pb::StreamingSubscribeRequest {
+            max_outstanding_messages: 10,
+            ..Default::default()
+        })
+        .await;
+    let more = stream.messages(8, EVENTUALLY).await;
+    assert_eq!(more.len(), 8, "the rest, once the stream may hold ten");
+    let status = {
+        stream
+            .send(pb::StreamingSubscribeRequest {
+                max_outstanding_messages: 1_000_000,
+                ..Default::default()
+            })
+            .await;
+        loop {
+            match tokio::time::timeout(EVENTUALLY, stream.responses.message())
+                .await
+                .expect("an answer")
+            {
+                Ok(Some(_)) => continue,
+                Ok(None) => panic!("ended without a status"),
+                Err(status) => break status,
+            }
+        }
+    };
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert!(status.message().contains("max_outstanding_messages"));
+}
+
+#[tokio::test]
+async fn the_first_request_must_open_the_stream() {
+    let (_redis, _server, mut client) = start().await;
+    let (requests, receiver) = mpsc::channel(1);
+    requests
+        .send(pb::StreamingSubscribeRequest {
+            ack_ids: vec!["1-0/1/c".into()],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let status = match client
+        .streaming_subscribe(ReceiverStream::new(receiver))
+        .await
+    {
+        Err(status) => status,
+        Ok(response) => response
+            .into_inner()
+            .message()
+            .await
+            .expect_err("the stream fails"),
+    };
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert!(status.message().contains("subscribe"), "{status:?}");
+}
+
+#[tokio::test]
+async fn closing_the_request_side_ends_the_stream_and_keeps_unacked_messages() {
+    let (_redis, _server, mut client) = start().await;
+    let mut stream =
+        SubStream::open(&mut client, "t", "s", Sub::deadline(Duration::from_secs(1))).await;
+    publish(&mut client, "t", ["kept"]).await;
+    let got = stream.messages(1, EVENTUALLY).await;
+    assert_eq!(got.len(), 1);
+    drop(stream.requests);
+    loop {
+        let next = tokio::time::timeout(EVENTUALLY, stream.responses.message())
+            .await
+            .expect("the stream ends");
+        match next {
+            Ok(Some(_)) => continue,
+            Ok(None) => break,
+            Err(status) => panic!("ended with {status:?}"),
+        }
+    }
+    // The unacked message goes to the next consumer after its deadline.
+    let mut other = subscribe(&mut client, "t", "s", Sub::default()).await;
+    let again = expect_messages(&mut other, 1).await;
+    assert_eq!(again[0].delivery_attempt, 2);
+}
