@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The README's grpcurl walkthrough, run against a live server and checked step
 # by step: list, describe, health, Publish, ScheduleDelayed (+ CancelScheduled),
-# Subscribe, Ack, and the admin stats (AdminService GetTopic, GetSubscription).
+# Subscribe, Ack, the admin stats (AdminService GetTopic, GetSubscription),
+# PublishStream and StreamingSubscribe.
 # Any unexpected answer stops the script with a message and a non-zero exit.
 #
 #   REDQ_ADDR=localhost:50051 scripts/grpcurl-walkthrough.sh
@@ -208,10 +209,47 @@ equal "stats.streamLength" "$(jget '.stats.streamLength' <<<"$OUT")" 3
 equal "stats.scheduledCount" "$(jget '.stats.scheduledCount' <<<"$OUT")" 0
 equal "subscriptions" "$(jget '.subscriptions[]' <<<"$OUT" | tr '\n' ' ')" "$SUB "
 
+# PublishStream: two requests on one stream; the bad one fails alone.
+STEP="PublishStream"
+echo
+echo "== $STEP"
+REQUESTS='{"request_id": 1, "topic": "'"$TOPIC"'", "messages": [{"payload": "c3RyZWFt"}, {"payload": "YWdhaW4="}]}
+{"request_id": 2, "topic": "bad topic", "messages": [{"payload": "eA=="}]}'
+echo "$REQUESTS" | sed 's/^/  /'
+show -d @ "$ADDR" redq.v1.QueueService/PublishStream
+OUT=$(grpcurl -plaintext -d @ "$ADDR" redq.v1.QueueService/PublishStream <<<"$REQUESTS" 2>&1) \
+  || { echo "$OUT" >&2; fail "grpcurl exited with an error"; }
+echo "$OUT"
+expect '"requestId": "1"' '"requestId": "2"' '"code": 3' 'topic: must match'
+equal "ids of request 1" "$(jget '.messageIds[]' <<<"$OUT" | wc -l | tr -d ' ')" 2
+
+# StreamingSubscribe: open with `subscribe`, then ack one delivery on the same
+# stream with a confirmation; closing the request side ends the stream.
+STEP="StreamingSubscribe"
+echo
+echo "== $STEP"
+SS_DIR=$(mktemp -d)
+mkfifo "$SS_DIR/in"
+grpcurl -plaintext -max-time 20 -d @ "$ADDR" redq.v1.QueueService/StreamingSubscribe \
+  <"$SS_DIR/in" >"$SS_DIR/out" 2>&1 &
+SS_PID=$!
+{
+  echo '{"subscribe": {"topic": "'"$TOPIC"'", "subscription": "streaming"}}'
+  for _ in $(seq 50); do grep -q '"ackId"' "$SS_DIR/out" && break; sleep 0.2; done
+  SS_ACK=$(jget '.messages[].ackId' <"$SS_DIR/out" | head -1)
+  echo '{"ack_ids": ["'"$SS_ACK"'"], "confirm": true}'
+  for _ in $(seq 50); do grep -q '"confirmation"' "$SS_DIR/out" && break; sleep 0.2; done
+} >"$SS_DIR/in"
+wait "$SS_PID" || true
+OUT=$(cat "$SS_DIR/out")
+rm -rf "$SS_DIR"
+echo "$OUT"
+expect '"ackId"' '"confirmation"' '"ackedIds"'
+
 if [ "${REDQ_KEEP_TOPIC:-0}" != 1 ]; then
   call "DeleteTopic (clean up)" -d '{"name":"'"$TOPIC"'"}' "$ADDR" redq.v1.AdminService/DeleteTopic
 fi
 
 STEP=""
 echo
-echo "walkthrough: OK (list, describe, health, publish, schedule, cancel, subscribe, ack, admin stats)"
+echo "walkthrough: OK (list, describe, health, publish, schedule, cancel, subscribe, ack, admin stats, publish stream, streaming subscribe)"
