@@ -271,8 +271,8 @@ async fn confirmations_say_what_was_applied() {
         })
         .await;
     let confirmation = stream.confirmation().await;
-    assert_eq!(confirmation.acked_ids, [a.clone()]);
-    assert_eq!(confirmation.modified_ids, [b.clone()]);
+    assert_eq!(confirmation.acked_ids, std::slice::from_ref(&a));
+    assert_eq!(confirmation.modified_ids, std::slice::from_ref(&b));
     assert_eq!(confirmation.invalid_ids, ["garbage"]);
     // Acked already: a second ack of `a` is lost; nacking `b` is applied.
     stream

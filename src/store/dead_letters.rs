@@ -58,7 +58,7 @@ impl Store {
             .arg("+")
             .arg("COUNT")
             .arg(page_size + 1)
-            .query_async(&mut *conn)
+            .query_async(&mut conn)
             .await?;
         let mut dead_letters = as_array(reply)?
             .into_iter()
@@ -94,7 +94,7 @@ impl Store {
             .arg(subscription)
             .arg(limit)
             .arg(ids)
-            .invoke_async(&mut *conn)
+            .invoke_async(&mut conn)
             .await?)
     }
 
@@ -111,7 +111,7 @@ impl Store {
             return Ok(redis::cmd("XDEL")
                 .arg(&dlq)
                 .arg(ids)
-                .query_async(&mut *conn)
+                .query_async(&mut conn)
                 .await?);
         }
         let (count, _): (u64, i64) = redis::pipe()
@@ -120,7 +120,7 @@ impl Store {
             .arg(&dlq)
             .cmd("DEL")
             .arg(&dlq)
-            .query_async(&mut *conn)
+            .query_async(&mut conn)
             .await?;
         Ok(count)
     }

@@ -39,11 +39,17 @@ pub struct PoolState {
 }
 
 impl Store {
+    /// The pool's connections; none on a cluster, which has no pool.
     pub fn pool_state(&self) -> PoolState {
-        let state = self.pool.state();
-        PoolState {
-            connections: state.connections,
-            idle_connections: state.idle_connections,
+        match self.pool_statistics() {
+            Some((connections, idle_connections)) => PoolState {
+                connections,
+                idle_connections,
+            },
+            None => PoolState {
+                connections: 0,
+                idle_connections: 0,
+            },
         }
     }
 
@@ -60,7 +66,7 @@ impl Store {
             .cmd("ZCARD")
             .arg(keys.scheduled())
             .cmd("TIME")
-            .query_async(&mut *conn)
+            .query_async(&mut conn)
             .await?;
         let mut gauges = TopicGauges {
             stream_length,
@@ -74,7 +80,7 @@ impl Store {
         let groups: Value = redis::cmd("XINFO")
             .arg("GROUPS")
             .arg(keys.stream())
-            .query_async(&mut *conn)
+            .query_async(&mut conn)
             .await?;
         for group in as_array(groups)? {
             gauges.subscriptions.push(group_gauges(group)?);
@@ -90,7 +96,7 @@ impl Store {
                 .arg(keys.stream())
                 .arg(&sub.name);
         }
-        let replies: Vec<Value> = pipe.query_async(&mut *conn).await?;
+        let replies: Vec<Value> = pipe.query_async(&mut conn).await?;
         let mut replies = replies.into_iter();
         for sub in &mut gauges.subscriptions {
             let (Some(dead_letters), Some(summary)) = (replies.next(), replies.next()) else {

@@ -100,7 +100,7 @@ impl Store {
             .arg(retry.max_delivery_attempts)
             .arg(settings.ack_deadline.map_or(0, |d| d.as_millis() as u64))
             .arg(u8::from(settings.dead_lettering))
-            .invoke_async(&mut *conn)
+            .invoke_async(&mut conn)
             .await?;
         Ok(created == 1)
     }
@@ -275,7 +275,7 @@ impl Store {
             .key(keys.stream())
             .arg(group)
             .arg(consumer)
-            .invoke_async(&mut *conn)
+            .invoke_async(&mut conn)
             .await?;
         Ok(removed == 1)
     }
@@ -292,7 +292,7 @@ impl Store {
             .key(keys.stream())
             .arg(group)
             .arg(idle.as_millis() as u64)
-            .invoke_async(&mut *conn)
+            .invoke_async(&mut conn)
             .await?;
         Ok(removed)
     }

@@ -1,6 +1,7 @@
 //! Redis storage: one module per Redis structure, each command or script in
 //! one place. Nothing above this module builds a key or sends a command.
 
+pub mod connection;
 pub mod dead_letters;
 pub mod gauges;
 pub mod keys;
@@ -12,8 +13,11 @@ pub mod topics;
 
 use crate::error::Result;
 use bb8_redis::RedisConnectionManager;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
-use redis::{AsyncConnectionConfig, Client};
+use connection::{Connection, Topology};
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::{AsyncConnectionConfig, Client, Cmd, Pipeline, RedisFuture, Value};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::runtime::Handle;
@@ -35,51 +39,138 @@ const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// - a pool for background loops and admin calls, whose larger replies and
 ///   longer scripts should not queue in front of client calls;
 /// - dedicated connections for blocking reads and Pub/Sub.
+///
+/// On a Redis Cluster each of them is a cluster connection (multiplexed per
+/// node, so there is no pool), which sends every command and script to the
+/// master of its key's slot.
 #[derive(Clone)]
 pub struct Store {
-    shared: ConnectionManager,
+    shared: Connection,
     /// The shared connections of the server's workers, each with the
     /// runtime it lives on (see [`Store::with_own_shared_connection`]).
-    worker_connections: Arc<Mutex<Vec<(Handle, ConnectionManager)>>>,
-    pool: bb8::Pool<RedisConnectionManager>,
-    client: Client,
+    worker_connections: Arc<Mutex<Vec<(Handle, Connection)>>>,
+    backend: Backend,
 }
 
-fn shared_connection(client: &Client) -> redis::RedisResult<ConnectionManager> {
-    ConnectionManager::new_lazy_with_config(
-        client.clone(),
-        ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(2)))
-            .set_response_timeout(Some(RESPONSE_TIMEOUT))
-            .set_number_of_retries(2),
-    )
+#[derive(Clone)]
+enum Backend {
+    Standalone {
+        client: Client,
+        pool: bb8::Pool<RedisConnectionManager>,
+    },
+    Cluster {
+        client: Box<ClusterClient>,
+        /// For background loops and admin calls.
+        background: ClusterConnection,
+        seeds: Vec<String>,
+    },
 }
 
-async fn ping(mut connection: ConnectionManager) -> Result<()> {
+fn shared_connection(backend: &Backend) -> redis::RedisResult<Connection> {
+    Ok(match backend {
+        Backend::Standalone { client, .. } => {
+            Connection::Single(ConnectionManager::new_lazy_with_config(
+                client.clone(),
+                ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(Duration::from_secs(2)))
+                    .set_response_timeout(Some(RESPONSE_TIMEOUT))
+                    .set_number_of_retries(2),
+            )?)
+        }
+        Backend::Cluster { client, .. } => Connection::Cluster(
+            connection::lazy_cluster_connection(client, RESPONSE_TIMEOUT),
+        ),
+    })
+}
+
+async fn ping(mut connection: impl ConnectionLike) -> Result<()> {
     let _: String = redis::cmd("PING").query_async(&mut connection).await?;
     Ok(())
 }
 
-/// A pooled connection, returned to the pool on drop.
-pub type PooledConnection<'a> = bb8::PooledConnection<'a, RedisConnectionManager>;
+/// A connection for background loops and admin calls: from the pool when
+/// standalone (returned on drop), the background cluster connection on a cluster.
+pub enum PooledConnection<'a> {
+    Pooled(bb8::PooledConnection<'a, RedisConnectionManager>),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for PooledConnection<'_> {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            PooledConnection::Pooled(conn) => conn.req_packed_command(cmd),
+            PooledConnection::Cluster(conn) => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            PooledConnection::Pooled(conn) => conn.req_packed_commands(pipeline, offset, count),
+            PooledConnection::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            PooledConnection::Pooled(conn) => conn.get_db(),
+            PooledConnection::Cluster(conn) => conn.get_db(),
+        }
+    }
+}
 
 impl Store {
     /// Prepares connections to `url` without connecting: a server must start,
     /// and report NOT_SERVING, while Redis is still unreachable.
     pub fn new(url: &str, pool_size: u32) -> Result<Self, redis::RedisError> {
-        let client = Client::open(url)?;
-        let shared = shared_connection(&client)?;
-        let manager = RedisConnectionManager::new(url)?;
-        let pool = bb8::Pool::builder()
-            .max_size(pool_size)
-            .connection_timeout(Duration::from_secs(2))
-            .build_unchecked(manager);
+        let topology = Topology::parse(url).map_err(|why| {
+            redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, "bad URL", why))
+        })?;
+        let backend = match topology {
+            Topology::Standalone(url) => {
+                let client = Client::open(url.as_str())?;
+                let manager = RedisConnectionManager::new(url.as_str())?;
+                let pool = bb8::Pool::builder()
+                    .max_size(pool_size)
+                    .connection_timeout(Duration::from_secs(2))
+                    .build_unchecked(manager);
+                Backend::Standalone { client, pool }
+            }
+            Topology::Cluster(seeds) => {
+                let client = Box::new(connection::cluster_client(&seeds)?);
+                let background = connection::lazy_cluster_connection(&client, RESPONSE_TIMEOUT);
+                Backend::Cluster {
+                    client,
+                    background,
+                    seeds,
+                }
+            }
+        };
         Ok(Self {
-            shared,
+            shared: shared_connection(&backend)?,
             worker_connections: Arc::default(),
-            pool,
-            client,
+            backend,
         })
+    }
+
+    /// Connections of the pool, and how many are idle; None on a cluster.
+    fn pool_statistics(&self) -> Option<(u32, u32)> {
+        match &self.backend {
+            Backend::Standalone { pool, .. } => {
+                let state = pool.state();
+                Some((state.connections, state.idle_connections))
+            }
+            Backend::Cluster { .. } => None,
+        }
+    }
+
+    /// Whether Redis is a cluster.
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.backend, Backend::Cluster { .. })
     }
 
     /// This store with a shared connection of its own, for one of the
@@ -87,7 +178,7 @@ impl Store {
     /// the worker's thread, next to the calls that use it. Call it on the
     /// worker's runtime.
     pub fn with_own_shared_connection(&self) -> Result<Self> {
-        let shared = shared_connection(&self.client)?;
+        let shared = shared_connection(&self.backend)?;
         self.worker_connections
             .lock()
             .expect("worker connections lock")
@@ -99,30 +190,58 @@ impl Store {
     }
 
     /// The shared connection for client calls; cheap to clone.
-    pub(crate) fn shared(&self) -> ConnectionManager {
+    pub(crate) fn shared(&self) -> Connection {
         self.shared.clone()
     }
 
     pub(crate) async fn connection(&self) -> Result<PooledConnection<'_>> {
-        Ok(self.pool.get().await?)
+        Ok(match &self.backend {
+            Backend::Standalone { pool, .. } => PooledConnection::Pooled(pool.get().await?),
+            Backend::Cluster { background, .. } => PooledConnection::Cluster(background.clone()),
+        })
     }
 
     /// A connection of its own for blocking reads: they would stall every
     /// command multiplexed behind them, and its response timeout must
-    /// outlast the block (redis-rs' default is 500 ms).
-    pub async fn blocking_connection(&self) -> Result<MultiplexedConnection> {
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(2)))
-            .set_response_timeout(Some(BLOCK + Duration::from_secs(5)));
-        Ok(self
-            .client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await?)
+    /// outlast the block (redis-rs' default is 500 ms). On a cluster it
+    /// sends each read to the slot's master, and follows it when it moves.
+    pub async fn blocking_connection(&self) -> Result<Connection> {
+        let response_timeout = BLOCK + Duration::from_secs(5);
+        Ok(match &self.backend {
+            Backend::Standalone { client, .. } => {
+                let config = AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(Duration::from_secs(2)))
+                    .set_response_timeout(Some(response_timeout));
+                Connection::Dedicated(
+                    client
+                        .get_multiplexed_async_connection_with_config(&config)
+                        .await?,
+                )
+            }
+            Backend::Cluster { client, .. } => {
+                let connection = connection::lazy_cluster_connection(client, response_timeout);
+                ping(connection.clone()).await?;
+                Connection::Cluster(connection)
+            }
+        })
     }
 
-    /// A Pub/Sub connection, used for the hints replicas send each other.
+    /// A Pub/Sub connection, used for the hints replicas send each other. On
+    /// a cluster, to any node that answers: a PUBLISH reaches every node.
     pub async fn pubsub(&self) -> Result<redis::aio::PubSub> {
-        Ok(self.client.get_async_pubsub().await?)
+        match &self.backend {
+            Backend::Standalone { client, .. } => Ok(client.get_async_pubsub().await?),
+            Backend::Cluster { seeds, .. } => {
+                let mut last = None;
+                for seed in seeds {
+                    match Client::open(seed.as_str())?.get_async_pubsub().await {
+                        Ok(pubsub) => return Ok(pubsub),
+                        Err(err) => last = Some(err),
+                    }
+                }
+                Err(last.expect("a cluster has seeds").into())
+            }
+        }
     }
 
     /// Round trip to Redis on the shared connection and on the pool, for
@@ -142,9 +261,7 @@ impl Store {
                 pinged?;
             }
         }
-        let mut conn = self.connection().await?;
-        let _: String = redis::cmd("PING").query_async(&mut *conn).await?;
-        Ok(())
+        ping(self.connection().await?).await
     }
 
     /// Sends a hint to every replica.
@@ -153,7 +270,7 @@ impl Store {
         let _: i64 = redis::cmd("PUBLISH")
             .arg(keys::HINTS_CHANNEL)
             .arg(hint)
-            .query_async(&mut *conn)
+            .query_async(&mut conn)
             .await?;
         Ok(())
     }
@@ -162,7 +279,7 @@ impl Store {
     /// `(name, value, advice)` for each one that does not; empty when Redis
     /// will not say (CONFIG is often disabled on managed Redis).
     pub async fn durability_warnings(&self) -> Result<Vec<(String, String, &'static str)>> {
-        let mut conn = self.connection().await?;
+        let mut conn = self.shared();
         let mut warnings = Vec::new();
         for (name, wanted, advice) in [
             (
@@ -176,15 +293,19 @@ impl Store {
                 "Redis may evict messages under memory pressure",
             ),
         ] {
-            let reply: redis::RedisResult<Vec<String>> = redis::cmd("CONFIG")
-                .arg("GET")
-                .arg(name)
-                .query_async(&mut *conn)
-                .await;
-            if let Ok([_, value]) = reply.as_deref()
-                && value != wanted
-            {
-                warnings.push((name.to_owned(), value.clone(), advice));
+            // Per master: each node of a cluster has its own configuration.
+            let replies = conn
+                .on_every_master(redis::cmd("CONFIG").arg("GET").arg(name))
+                .await
+                .unwrap_or_default();
+            for reply in replies {
+                let reply: Result<Vec<String>, _> = redis::from_redis_value(reply);
+                if let Ok([_, value]) = reply.as_deref()
+                    && value != wanted
+                    && !warnings.iter().any(|(n, v, _)| n == name && v == value)
+                {
+                    warnings.push((name.to_owned(), value.clone(), advice));
+                }
             }
         }
         Ok(warnings)

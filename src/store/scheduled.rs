@@ -39,7 +39,7 @@ impl Store {
             .key(keys.stream())
             .arg(limit)
             .arg(ahead.as_millis() as u64)
-            .invoke_async(&mut *conn)
+            .invoke_async(&mut conn)
             .await?;
         Ok(Promotion {
             moved,
@@ -54,7 +54,7 @@ impl Store {
             .key(keys.scheduled())
             .key(keys.scheduled_messages())
             .arg(message_id)
-            .invoke_async(&mut *conn)
+            .invoke_async(&mut conn)
             .await?;
         Ok(cancelled == 1)
     }
@@ -77,7 +77,7 @@ impl Store {
             .arg(message_id)
             .arg(kind)
             .arg(amount)
-            .invoke_async(&mut *conn)
+            .invoke_async(&mut conn)
             .await?;
         let mut reply = as_array(reply)?.into_iter();
         let due_ms = as_int(reply.next().unwrap_or(Value::Nil))?;

@@ -22,6 +22,7 @@ macro_rules! script {
 }
 
 script!(ACK, "ack.lua", with_lib);
+script!(APPEND_MESSAGES, "append_messages.lua");
 script!(ENSURE_SUBSCRIPTION, "ensure_subscription.lua");
 script!(FETCH_DELIVERIES, "fetch_deliveries.lua", with_lib);
 script!(END_LEASES, "end_leases.lua", with_lib);

@@ -7,13 +7,13 @@
 //! messages add `i` (message id) and `d` (due time, ms); dead letters add
 //! `e`, `n`, `r` (see lua/lib.lua).
 
-use super::scripts::PUBLISH_MESSAGES;
+use super::scripts::{APPEND_MESSAGES, PUBLISH_MESSAGES};
 use super::{Store, TopicKeys};
 use crate::error::{Error, Result};
 use bytes::Bytes;
 use prost::Message as _;
 use redis::Value;
-use redis::aio::MultiplexedConnection;
+use redis::aio::ConnectionLike;
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -107,8 +107,6 @@ struct StoredMessage {
     ordering_key: String,
 }
 
-const MESSAGE_FIELD: &str = "m";
-
 fn encode_message(message: &NewMessage) -> Vec<u8> {
     StoredMessage {
         payload: message.payload.clone(),
@@ -181,8 +179,8 @@ pub fn is_entry_id(id: &str) -> bool {
 }
 
 impl Store {
-    /// Publishes a batch in order: plain messages with one pipelined round
-    /// trip, batches with scheduled or deduplicated messages with one script.
+    /// Publishes a batch in order, with one script: a short one for plain
+    /// messages, another for batches with scheduled or deduplicated messages.
     pub async fn publish(
         &self,
         keys: &TopicKeys,
@@ -200,22 +198,13 @@ impl Store {
     }
 
     async fn append(&self, keys: &TopicKeys, messages: &[NewMessage]) -> Result<Vec<Published>> {
-        let stream = keys.stream();
-        let mut pipe = redis::pipe();
+        let mut invocation = APPEND_MESSAGES.key(keys.stream());
+        invocation.key(keys.settings());
         for message in messages {
-            pipe.cmd("XADD")
-                .arg(&stream)
-                .arg("*")
-                .arg(MESSAGE_FIELD)
-                .arg(encode_message(message));
+            invocation.arg(encode_message(message));
         }
-        pipe.cmd("HINCRBY")
-            .arg(keys.settings())
-            .arg("published")
-            .arg(messages.len())
-            .ignore();
         let mut conn = self.shared();
-        let ids: Vec<String> = pipe.query_async(&mut conn).await?;
+        let ids: Vec<String> = invocation.invoke_async(&mut conn).await?;
         Ok(ids
             .into_iter()
             .map(|id| Published {
@@ -290,7 +279,7 @@ impl Store {
     /// Id of the newest entry of the stream, `0-0` when there is none.
     pub async fn last_entry_id(
         &self,
-        conn: &mut MultiplexedConnection,
+        conn: &mut impl ConnectionLike,
         keys: &TopicKeys,
     ) -> Result<String> {
         let reply: Value = redis::cmd("XREVRANGE")
@@ -316,7 +305,7 @@ impl Store {
     /// (none on timeout). Runs on a dedicated connection.
     pub async fn wait_for_entries_after(
         &self,
-        conn: &mut MultiplexedConnection,
+        conn: &mut impl ConnectionLike,
         keys: &TopicKeys,
         after: &str,
     ) -> Result<Vec<String>> {

@@ -75,7 +75,7 @@ impl Store {
             .arg("NX")
             .arg(0)
             .arg(topic)
-            .query_async(&mut *conn)
+            .query_async(&mut conn)
             .await?;
         Ok(added == 1)
     }
@@ -85,7 +85,7 @@ impl Store {
         let score: Option<f64> = redis::cmd("ZSCORE")
             .arg(keys::TOPICS)
             .arg(topic)
-            .query_async(&mut *conn)
+            .query_async(&mut conn)
             .await?;
         Ok(score.is_some())
     }
@@ -101,7 +101,7 @@ impl Store {
             .arg("LIMIT")
             .arg(0)
             .arg(count)
-            .query_async(&mut *conn)
+            .query_async(&mut conn)
             .await?)
     }
 
@@ -112,7 +112,7 @@ impl Store {
             .arg(keys::TOPICS)
             .arg(0)
             .arg(-1)
-            .query_async(&mut *conn)
+            .query_async(&mut conn)
             .await?)
     }
 
@@ -121,7 +121,7 @@ impl Store {
         let values: Vec<Option<u64>> = redis::cmd("HMGET")
             .arg(keys.settings())
             .arg(&["max_age", "max_len", "hard_max", "dedupe", "max_payload"])
-            .query_async(&mut *conn)
+            .query_async(&mut conn)
             .await?;
         let get = |i: usize| values.get(i).copied().flatten().filter(|&v| v > 0);
         Ok(TopicSettings {
@@ -170,7 +170,7 @@ impl Store {
         let _: () = redis::cmd("HSET")
             .arg(key)
             .arg(&present)
-            .query_async(&mut *conn)
+            .query_async(&mut conn)
             .await?;
         Ok(())
     }
@@ -190,7 +190,7 @@ impl Store {
             .cmd("HMGET")
             .arg(keys.settings())
             .arg(&["published", "dropped"])
-            .query_async(&mut *conn)
+            .query_async(&mut conn)
             .await?;
         Ok(TopicStats {
             stream_length,
@@ -212,7 +212,7 @@ impl Store {
         let reply: redis::RedisResult<Value> = redis::cmd("XINFO")
             .arg("GROUPS")
             .arg(keys.stream())
-            .query_async(&mut *conn)
+            .query_async(&mut conn)
             .await;
         let reply = match reply {
             Err(err) if err.to_string().contains("no such key") => return Ok(Vec::new()),
@@ -244,7 +244,7 @@ impl Store {
         let values: Vec<Option<u64>> = redis::cmd("HMGET")
             .arg(keys.subscription(subscription))
             .arg(&["ack", "bmin", "bmax", "max", "dlq"])
-            .query_async(&mut *conn)
+            .query_async(&mut conn)
             .await?;
         let get = |i: usize| values.get(i).copied().flatten();
         let (Some(bmin), Some(bmax)) = (get(1), get(2)) else {
@@ -316,7 +316,7 @@ impl Store {
             .arg(keys.subscription(subscription))
             .arg("acked")
             .cmd("TIME")
-            .query_async(&mut *conn)
+            .query_async(&mut conn)
             .await?;
         let now_ms = time.0 * 1000 + time.1 / 1000;
         let oldest_unacked_age = as_array(oldest)?
@@ -355,30 +355,37 @@ impl Store {
             .key(keys.stream())
             .key(keys.settings())
             .arg(default_max_age.as_millis() as u64)
-            .invoke_async(&mut *conn)
+            .invoke_async(&mut conn)
             .await?)
     }
 
-    /// Redis' memory use as a fraction of `maxmemory`; None when no limit is set.
+    /// Redis' memory use as a fraction of `maxmemory`, the fullest master's
+    /// on a cluster; None when no limit is set.
     pub async fn memory_use(&self) -> Result<Option<f64>> {
-        let mut conn = self.connection().await?;
-        let info: String = redis::cmd("INFO")
-            .arg("memory")
-            .query_async(&mut *conn)
+        let mut conn = self.shared();
+        let replies = conn
+            .on_every_master(redis::cmd("INFO").arg("memory"))
             .await?;
-        let field = |name: &str| {
-            info.lines().find_map(|line| {
-                line.strip_prefix(name)?
-                    .strip_prefix(':')?
-                    .trim()
-                    .parse::<f64>()
-                    .ok()
-            })
-        };
-        Ok(match (field("used_memory"), field("maxmemory")) {
-            (Some(used), Some(max)) if max > 0.0 => Some(used / max),
-            _ => None,
-        })
+        let mut fullest: Option<f64> = None;
+        for reply in replies {
+            let info: String = redis::from_redis_value(reply)
+                .map_err(|_| Error::Corrupt("INFO memory is not text".into()))?;
+            let field = |name: &str| {
+                info.lines().find_map(|line| {
+                    line.strip_prefix(name)?
+                        .strip_prefix(':')?
+                        .trim()
+                        .parse::<f64>()
+                        .ok()
+                })
+            };
+            if let (Some(used), Some(max)) = (field("used_memory"), field("maxmemory"))
+                && max > 0.0
+            {
+                fullest = Some(fullest.map_or(used / max, |f| f.max(used / max)));
+            }
+        }
+        Ok(fullest)
     }
 
     /// Moves the subscription so that entries after `last_skipped` are
@@ -395,7 +402,7 @@ impl Store {
             .key(keys.timers(subscription))
             .arg(subscription)
             .arg(last_skipped)
-            .invoke_async(&mut *conn)
+            .invoke_async(&mut conn)
             .await
             .map_err(|err| {
                 if err.to_string().contains("NOGROUP") || err.to_string().contains("no such key") {
@@ -420,7 +427,7 @@ impl Store {
             .arg(keys.subscription(subscription))
             .arg(keys.timers(subscription))
             .arg(keys.dead_letters(subscription))
-            .query_async(&mut *conn)
+            .query_async(&mut conn)
             .await
             .or_else(|err| {
                 if err.to_string().contains("no such key") || err.code() == Some("ERR") {
@@ -439,16 +446,20 @@ impl Store {
             self.delete_subscription(keys, &subscription).await?;
         }
         let mut conn = self.connection().await?;
-        let (_, removed): (i64, i64) = redis::pipe()
-            .cmd("DEL")
+        // The topic's keys, then the registry (another slot on a cluster, so
+        // another call): a crash between the two leaves a registered topic
+        // with nothing in it, which the next delete removes.
+        let _: i64 = redis::cmd("DEL")
             .arg(keys.stream())
             .arg(keys.settings())
             .arg(keys.scheduled())
             .arg(keys.scheduled_messages())
-            .cmd("ZREM")
+            .query_async(&mut conn)
+            .await?;
+        let removed: i64 = redis::cmd("ZREM")
             .arg(keys::TOPICS)
             .arg(topic)
-            .query_async(&mut *conn)
+            .query_async(&mut conn)
             .await?;
         Ok(removed == 1)
     }

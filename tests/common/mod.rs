@@ -11,6 +11,8 @@
 // `..Default::default()` on proto messages keeps tests compiling when fields are added.
 #![allow(clippy::needless_update)]
 
+pub mod cluster;
+
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::SocketAddr;

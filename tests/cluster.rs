@@ -1,0 +1,263 @@
+//! redq on a real Redis Cluster (3 masters, 3 replicas): the delivery,
+//! scheduling, retry, dead-letter and admin paths on topics of every master,
+//! and a manual failover of every shard in turn under a publish + consume load.
+
+#![allow(clippy::needless_update)]
+
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::cluster::{RedisCluster, cli};
+use common::*;
+use redq::pb;
+use tonic::Code;
+
+/// One topic name whose keys live on each master.
+fn topic_per_master(cluster: &RedisCluster) -> Vec<String> {
+    let mut by_master: HashMap<u16, String> = HashMap::new();
+    for i in 0.. {
+        let topic = format!("topic-{i}");
+        let port = cluster.master_of(&format!("redq:{{{topic}}}:stream"));
+        by_master.entry(port).or_insert(topic);
+        if by_master.len() == 3 {
+            break;
+        }
+    }
+    by_master.into_values().collect()
+}
+
+#[tokio::test]
+async fn every_feature_works_on_topics_of_every_master() {
+    let cluster = RedisCluster::start();
+    let server = TestServer::start(&cluster.url(), &["--retry-min-backoff", "100ms"]).await;
+    server.wait_serving().await;
+    let mut client = server.client().await;
+    let mut admin = server.admin().await;
+    for topic in topic_per_master(&cluster) {
+        let topic = topic.as_str();
+        let sub = Sub::deadline(Duration::from_secs(2))
+            .retry(Duration::from_millis(100), Duration::from_millis(200))
+            .max_attempts(2);
+        let mut stream = subscribe(&mut client, topic, "s", sub).await;
+        let ids = publish(&mut client, topic, ["a", "b"]).await;
+        let first = publish_messages(&mut client, topic, vec![deduped_message("c", "d")]).await;
+        let again = publish_messages(&mut client, topic, vec![deduped_message("c", "d")]).await;
+        assert_eq!(again.duplicates, [true], "{topic}: dedupe");
+        assert_eq!(again.message_ids, first.message_ids);
+        let scheduled = schedule(&mut client, topic, message("later"), Due::in_ms(500)).await;
+
+        let got = expect_messages(&mut stream, 4).await;
+        let by_payload = |p: &str| {
+            got.iter()
+                .find(|m| m.message.as_ref().unwrap().payload == p)
+                .cloned()
+                .unwrap()
+        };
+        assert_eq!(id_of(&by_payload("a")), ids[0]);
+        assert_eq!(id_of(&by_payload("later")), scheduled.message_id);
+        ack(
+            &mut client,
+            topic,
+            "s",
+            vec![
+                by_payload("a").ack_id,
+                by_payload("c").ack_id,
+                by_payload("later").ack_id,
+            ],
+        )
+        .await
+        .unwrap();
+        // b: nacked twice, then it is a dead letter.
+        nack(&mut client, topic, "s", vec![by_payload("b").ack_id])
+            .await
+            .unwrap();
+        let retry = expect_messages(&mut stream, 1).await.remove(0);
+        assert_eq!((id_of(&retry), retry.delivery_attempt), (ids[1].clone(), 2));
+        nack(&mut client, topic, "s", vec![retry.ack_id])
+            .await
+            .unwrap();
+        let dead = wait_dead_letters(&mut admin, topic, "s", 1).await;
+        assert_eq!(dead[0].message.as_ref().unwrap().id, ids[1]);
+        let redriven = admin
+            .redrive_dead_letters(pb::RedriveDeadLettersRequest {
+                topic: topic.into(),
+                subscription: "s".into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .redriven;
+        assert_eq!(redriven, 1);
+        let back = expect_messages(&mut stream, 1).await.remove(0);
+        assert_eq!(back.message.as_ref().unwrap().payload, "b");
+        ack(&mut client, topic, "s", vec![back.ack_id])
+            .await
+            .unwrap();
+
+        let stats = admin
+            .get_topic(pb::GetTopicRequest { name: topic.into() })
+            .await
+            .unwrap()
+            .into_inner()
+            .stats
+            .unwrap();
+        assert_eq!(stats.published_count, 4, "{topic}: {stats:?}");
+        // Streaming publish on the same topic.
+        let subscription = admin
+            .get_subscription(pb::GetSubscriptionRequest {
+                topic: topic.into(),
+                name: "s".into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(subscription.stats.unwrap().pending, 0, "{topic}");
+        let deleted = admin
+            .delete_topic(pb::DeleteTopicRequest { name: topic.into() })
+            .await;
+        assert!(deleted.is_ok(), "{topic}: {deleted:?}");
+        let gone = admin
+            .get_topic(pb::GetTopicRequest { name: topic.into() })
+            .await;
+        assert_eq!(gone.unwrap_err().code(), Code::NotFound);
+    }
+    // The keys of every script map to one slot: the scripts ran on a
+    // cluster without CROSSSLOT errors, and the server logged none.
+    assert!(!server.log().contains("CROSSSLOT"), "{}", server.log());
+}
+
+#[tokio::test]
+async fn a_manual_failover_of_every_shard_under_load_loses_nothing() {
+    let cluster = RedisCluster::start();
+    let server = TestServer::start(&cluster.url(), &[]).await;
+    server.wait_serving().await;
+    let topics = topic_per_master(&cluster);
+    let published: Arc<Mutex<HashSet<String>>> = Arc::default();
+    let failed = Arc::new(Mutex::new(0u64));
+    let running = Arc::new(std::sync::atomic::AtomicBool::new(true));
+
+    // Consumers: one stream per topic, acking everything.
+    let delivered: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
+    let mut consumers = Vec::new();
+    for topic in &topics {
+        let mut client = server.client().await;
+        let mut stream = subscribe(
+            &mut client,
+            topic,
+            "s",
+            Sub::deadline(Duration::from_secs(5)),
+        )
+        .await;
+        let delivered = delivered.clone();
+        let topic = topic.clone();
+        consumers.push(tokio::spawn(async move {
+            loop {
+                match stream.message().await {
+                    Ok(Some(response)) => {
+                        let ack_ids = ack_ids_of(&response.messages);
+                        for m in &response.messages {
+                            *delivered.lock().unwrap().entry(id_of(m)).or_default() += 1;
+                        }
+                        // A failed ack only means a redelivery, counted as a duplicate.
+                        let _ = ack(&mut client, &topic, "s", ack_ids).await;
+                    }
+                    _ => {
+                        // Reconnect after a broken stream, as a client would.
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        match client
+                            .subscribe(Sub::deadline(Duration::from_secs(5)).request(&topic, "s"))
+                            .await
+                        {
+                            Ok(s) => stream = s.into_inner(),
+                            Err(_) => continue,
+                        }
+                    }
+                }
+            }
+        }));
+    }
+    // A publisher on every topic, one message every few ms.
+    let mut publishers = Vec::new();
+    for topic in topics.clone() {
+        let mut client = server.client().await;
+        let (published, failed, running) = (published.clone(), failed.clone(), running.clone());
+        publishers.push(tokio::spawn(async move {
+            let mut n = 0u64;
+            while running.load(std::sync::atomic::Ordering::Relaxed) {
+                n += 1;
+                match try_publish_messages(
+                    &mut client,
+                    &topic,
+                    vec![message(format!("{topic}-{n}"))],
+                )
+                .await
+                {
+                    Ok(r) => {
+                        published.lock().unwrap().extend(r.message_ids);
+                    }
+                    Err(_) => *failed.lock().unwrap() += 1,
+                }
+                tokio::time::sleep(Duration::from_millis(3)).await;
+            }
+        }));
+    }
+
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    for (master, _) in cluster.masters() {
+        let replica = cluster.replicas_of(master)[0];
+        let answer = cli(replica, &["CLUSTER", "FAILOVER"]);
+        assert!(
+            answer.contains("OK"),
+            "CLUSTER FAILOVER on {replica}: {answer}"
+        );
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !cli(replica, &["ROLE"]).starts_with("master") {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{replica} did not take over"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        cluster.wait_ok();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    running.store(false, std::sync::atomic::Ordering::Relaxed);
+    for p in publishers {
+        p.await.unwrap();
+    }
+    // Everything published is delivered (bounded wait).
+    let published = published.lock().unwrap().clone();
+    let deadline = std::time::Instant::now() + EVENTUALLY;
+    loop {
+        let missing = {
+            let delivered = delivered.lock().unwrap();
+            published
+                .iter()
+                .filter(|id| !delivered.contains_key(*id))
+                .count()
+        };
+        if missing == 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{missing} of {} published messages were never delivered",
+            published.len()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let duplicates: usize = delivered.lock().unwrap().values().map(|n| n - 1).sum();
+    println!(
+        "cluster failover: {} published (acknowledged), {} publishes failed (UNAVAILABLE, retryable), 0 lost, {} delivered twice or more",
+        published.len(),
+        failed.lock().unwrap(),
+        duplicates
+    );
+    for c in consumers {
+        c.abort();
+    }
+}

@@ -1,0 +1,261 @@
+//! A real Redis Cluster for tests: 3 masters and 3 replicas on free ports
+//! (with their own cluster-bus ports, so that test files run in parallel),
+//! started with the settings the README recommends for tests and failovers.
+//! Every node is SIGKILLed on drop.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+
+use super::STARTUP_TIMEOUT;
+
+pub struct RedisCluster {
+    dir: TempDir,
+    pub nodes: Vec<ClusterNode>,
+}
+
+pub struct ClusterNode {
+    pub port: u16,
+    bus_port: u16,
+    child: Option<Child>,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// `redis-cli -p PORT ARGS…`, its output (panics if it cannot run).
+pub fn cli(port: u16, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .args(["-p", &port.to_string()])
+        .args(args)
+        .output()
+        .expect("run redis-cli");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+impl RedisCluster {
+    /// Starts six nodes, joins them into 3 shards of a master and a replica,
+    /// and waits until every node says the cluster is ok.
+    pub fn start() -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("redq-test-cluster-")
+            .tempdir()
+            .expect("temp dir");
+        let mut cluster = Self {
+            dir,
+            nodes: Vec::new(),
+        };
+        for _ in 0..6 {
+            let node = ClusterNode {
+                port: free_port(),
+                bus_port: free_port(),
+                child: None,
+            };
+            cluster.nodes.push(node);
+        }
+        for i in 0..6 {
+            cluster.launch(i);
+        }
+        let addrs: Vec<String> = cluster
+            .nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let out = Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(&addrs)
+            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .output()
+            .expect("redis-cli --cluster create");
+        assert!(
+            out.status.success(),
+            "cluster create failed: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        cluster.wait_ok();
+        cluster
+    }
+
+    fn node_dir(&self, i: usize) -> PathBuf {
+        self.dir.path().join(format!("node-{i}"))
+    }
+
+    /// Starts node `i` (again, with its data and nodes.conf).
+    pub fn launch(&mut self, i: usize) {
+        let dir = self.node_dir(i);
+        std::fs::create_dir_all(&dir).expect("node dir");
+        let node = &self.nodes[i];
+        let child = Command::new("redis-server")
+            .args(["--port", &node.port.to_string()])
+            .args(["--cluster-port", &node.bus_port.to_string()])
+            .args(["--bind", "127.0.0.1"])
+            .args(["--cluster-enabled", "yes"])
+            .args(["--cluster-config-file", "nodes.conf"])
+            .args(["--cluster-node-timeout", "2000"])
+            .args(["--cluster-require-full-coverage", "no"])
+            .args(["--cluster-allow-replica-migration", "no"])
+            .args(["--repl-diskless-sync", "yes"])
+            .args(["--repl-diskless-sync-delay", "0"])
+            .args(["--appendonly", "yes"])
+            .args(["--save", ""])
+            .arg("--dir")
+            .arg(&dir)
+            .arg("--logfile")
+            .arg(dir.join("redis.log"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn redis-server");
+        self.nodes[i].child = Some(child);
+        let deadline = Instant::now() + STARTUP_TIMEOUT;
+        while cli(self.nodes[i].port, &["PING"]).trim() != "PONG" {
+            assert!(Instant::now() < deadline, "node {i} did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGKILLs node `i`.
+    pub fn kill9(&mut self, i: usize) {
+        if let Some(mut child) = self.nodes[i].child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Waits (bounded) until every running node reports `cluster_state:ok`
+    /// and sees every slot served.
+    pub fn wait_ok(&self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let ok = self.nodes.iter().filter(|n| n.child.is_some()).all(|n| {
+                let info = cli(n.port, &["CLUSTER", "INFO"]);
+                info.contains("cluster_state:ok") && info.contains("cluster_slots_ok:16384")
+            });
+            if ok {
+                return;
+            }
+            assert!(Instant::now() < deadline, "the cluster did not become ok");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// `redis+cluster://` URL naming every node as a seed.
+    pub fn url(&self) -> String {
+        let seeds: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        format!("redis+cluster://{}", seeds.join(","))
+    }
+
+    fn any_port(&self) -> u16 {
+        self.nodes
+            .iter()
+            .find(|n| n.child.is_some())
+            .expect("a running node")
+            .port
+    }
+
+    /// (port, slot ranges) of each master, from CLUSTER NODES.
+    pub fn masters(&self) -> Vec<(u16, Vec<(u16, u16)>)> {
+        cli(self.any_port(), &["CLUSTER", "NODES"])
+            .lines()
+            .filter(|l| l.contains("master") && !l.contains("fail"))
+            .filter_map(|line| {
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                let port = fields.get(1)?.split(['@', ':']).nth(1)?.parse().ok()?;
+                let ranges = fields[8..]
+                    .iter()
+                    .filter(|r| !r.starts_with('['))
+                    .filter_map(|r| match r.split_once('-') {
+                        Some((a, b)) => Some((a.parse().ok()?, b.parse().ok()?)),
+                        None => r.parse().ok().map(|s| (s, s)),
+                    })
+                    .collect();
+                Some((port, ranges))
+            })
+            .collect()
+    }
+
+    /// The port of the master serving `key`.
+    pub fn master_of(&self, key: &str) -> u16 {
+        let slot: u16 = cli(self.any_port(), &["CLUSTER", "KEYSLOT", key])
+            .trim()
+            .parse()
+            .expect("a slot");
+        self.masters()
+            .into_iter()
+            .find(|(_, ranges)| ranges.iter().any(|&(a, b)| (a..=b).contains(&slot)))
+            .map(|(port, _)| port)
+            .expect("a master for the slot")
+    }
+
+    /// The index of the node listening on `port`.
+    pub fn index_of(&self, port: u16) -> usize {
+        self.nodes
+            .iter()
+            .position(|n| n.port == port)
+            .expect("a node on the port")
+    }
+
+    /// Replicas of the master on `port`.
+    pub fn replicas_of(&self, port: u16) -> Vec<u16> {
+        let nodes = cli(self.any_port(), &["CLUSTER", "NODES"]);
+        let master_id = nodes
+            .lines()
+            .find(|l| l.contains(&format!(":{port}@")))
+            .and_then(|l| l.split_whitespace().next())
+            .expect("the master's id")
+            .to_owned();
+        nodes
+            .lines()
+            .filter(|l| l.contains("slave") && l.contains(&master_id) && !l.contains("fail"))
+            .filter_map(|l| {
+                l.split_whitespace()
+                    .nth(1)?
+                    .split(['@', ':'])
+                    .nth(1)?
+                    .parse()
+                    .ok()
+            })
+            .collect()
+    }
+
+    /// Node logs, for failure messages.
+    pub fn logs(&self) -> String {
+        (0..self.nodes.len())
+            .map(|i| {
+                let log =
+                    std::fs::read_to_string(self.node_dir(i).join("redis.log")).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(15).collect();
+                format!(
+                    "---- node {i} (port {}) ----\n{}",
+                    self.nodes[i].port,
+                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+impl Drop for RedisCluster {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("{}", self.logs());
+        }
+        for i in 0..self.nodes.len() {
+            self.kill9(i);
+        }
+    }
+}
