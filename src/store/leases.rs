@@ -246,7 +246,7 @@ impl Store {
     /// triple per lease after its other arguments.
     async fn with_leases<T: redis::FromRedisValue>(
         &self,
-        mut invocation: redis::ScriptInvocation<'_>,
+        mut invocation: super::scripts::Invocation<'_>,
         leases: &[Lease],
     ) -> Result<T> {
         for held in leases {

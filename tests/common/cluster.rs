@@ -81,6 +81,7 @@ impl RedisCluster {
             String::from_utf8_lossy(&out.stdout)
         );
         cluster.wait_ok();
+        cluster.wait_replicas_synced();
         cluster
     }
 
@@ -145,6 +146,30 @@ impl RedisCluster {
             }
             assert!(Instant::now() < deadline, "the cluster did not become ok");
             std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Waits (bounded) until every running replica's link to its master is up
+    /// and it has caught up: a manual failover waits for that anyway, and
+    /// gives up after a while.
+    pub fn wait_replicas_synced(&self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        for node in self.nodes.iter().filter(|n| n.child.is_some()) {
+            loop {
+                let info = cli(node.port, &["INFO", "replication"]);
+                let synced = info.contains("role:master")
+                    || (info.contains("master_link_status:up")
+                        && info.contains("master_sync_in_progress:0"));
+                if synced {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "replica {} did not sync",
+                    node.port
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            }
         }
     }
 
