@@ -179,7 +179,8 @@ impl Load {
                 }
             }));
         }
-        for topic in topics.iter().cloned() {
+        for topic in topics {
+            let topic = topic.clone();
             let mut client = server.client().await;
             let (published, failed, running) = (
                 load.published.clone(),
