@@ -359,11 +359,33 @@ pub struct Settings {
     /// How often each replica applies retention to every topic.
     #[arg(long, env = "REDQ_TRIM_INTERVAL", default_value = "5s", value_parser = parse_positive_duration)]
     pub trim_interval: Duration,
+    /// When a publish, schedule or ack is acknowledged: `redis` when the
+    /// Redis master has it; `replicated` only once `WAIT 1` says a replica
+    /// has it too (else the call fails with UNAVAILABLE).
+    #[arg(long, env = "REDQ_DURABILITY", value_enum, default_value_t = Durability::Redis)]
+    pub durability: Durability,
+    /// With `--durability replicated`: how long a write waits for a replica.
+    #[arg(long, env = "REDQ_REPLICA_WAIT_TIMEOUT", default_value = "5s", value_parser = parse_positive_duration)]
+    pub replica_wait_timeout: Duration,
     #[command(flatten)]
     pub limits: Limits,
 }
 
+/// When a write a client waits for is acknowledged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Durability {
+    /// When the Redis master has it.
+    Redis,
+    /// When a replica has it too (`WAIT 1`).
+    Replicated,
+}
+
 impl Settings {
+    /// How long writes wait for a replica; None unless `--durability replicated`.
+    pub fn replica_wait(&self) -> Option<Duration> {
+        (self.durability == Durability::Replicated).then_some(self.replica_wait_timeout)
+    }
+
     /// Worker threads to start: `--workers`, else one per CPU core.
     pub fn workers(&self) -> usize {
         match self.workers {

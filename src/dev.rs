@@ -39,7 +39,8 @@ async fn serve(args: &DevArgs, url: &str) -> Result<(), BoxError> {
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", args.metrics_listen))?;
     print_welcome(grpc.local_addr()?, &args.dir);
-    let store = Store::new(url, args.settings.redis_pool_size)?;
+    let store = Store::new(url, args.settings.redis_pool_size)?
+        .with_replica_wait(args.settings.replica_wait());
     server::run(
         grpc,
         http,

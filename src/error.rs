@@ -27,6 +27,12 @@ pub enum Error {
     /// No Redis connection could be taken from the pool in time.
     #[error("redis connection pool exhausted or unreachable")]
     PoolTimeout,
+    /// `--durability replicated`: no replica confirmed the write in time.
+    /// It may still have happened; a retry with the same dedupe_id is safe.
+    #[error(
+        "no replica confirmed the write in time; it may still have happened (retry with the same dedupe_id)"
+    )]
+    NotReplicated,
     /// The server is shutting down; the call is safe to retry on another replica.
     #[error("server is shutting down")]
     ShuttingDown,
@@ -114,7 +120,7 @@ impl From<Error> for Status {
             Error::AlreadyExists(_) => Status::already_exists(err.to_string()),
             Error::ResourceExhausted(_) => Status::resource_exhausted(err.to_string()),
             Error::LeaseLost(_) => Status::failed_precondition(err.to_string()),
-            Error::ShuttingDown => Status::unavailable(err.to_string()),
+            Error::ShuttingDown | Error::NotReplicated => Status::unavailable(err.to_string()),
             Error::Unavailable(_) | Error::PoolTimeout => {
                 tracing::warn!(error = ?err, "redis unavailable");
                 Status::unavailable("redis is unavailable, retry later")

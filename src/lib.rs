@@ -60,7 +60,8 @@ pub mod pb {
 pub async fn serve(args: config::ServeArgs) -> Result<(), server::BoxError> {
     args.settings.limits.validate()?;
     let store = store::Store::new(&args.redis_url, args.settings.redis_pool_size)
-        .map_err(|e| format!("--redis-url: {e}"))?;
+        .map_err(|e| format!("--redis-url: {e}"))?
+        .with_replica_wait(args.settings.replica_wait());
     let grpc = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|e| format!("--listen {}: {e}", args.listen))?;

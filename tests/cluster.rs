@@ -299,3 +299,46 @@ async fn kill_9_of_a_master_under_load_reports_what_was_lost() {
     );
     assert!(published > 0);
 }
+
+#[tokio::test]
+async fn kill_9_of_a_master_with_replicated_durability_loses_nothing_acknowledged() {
+    let mut cluster = RedisCluster::start();
+    let server = TestServer::start(
+        &cluster.url(),
+        &["--durability", "replicated", "--replica-wait-timeout", "1s"],
+    )
+    .await;
+    server.wait_serving().await;
+    let topics = topic_per_master(&cluster);
+    let load = Load::start(&server, &topics).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let victim = cluster.master_of(&format!("redq:{{{}}}:stream", topics[0]));
+    let replica = cluster.replicas_of(victim)[0];
+    let victim_index = cluster.index_of(victim);
+    cluster.kill9(victim_index);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !cli(replica, &["ROLE"]).starts_with("master") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{replica} did not take over"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The old master comes back as the new one's replica, so that writes
+    // can be confirmed by a replica again.
+    cluster.launch(victim_index);
+    cluster.wait_ok();
+    cluster.wait_replicas_synced();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (published, failed, lost, duplicates) = load.finish().await;
+    println!(
+        "cluster kill -9 of a master (--durability replicated): {published} publishes acknowledged, \
+         {failed} failed (UNAVAILABLE: not confirmed by a replica, retryable), {lost} lost, \
+         {duplicates} deliveries beyond the first"
+    );
+    assert!(published > 0);
+    assert_eq!(
+        lost, 0,
+        "acknowledged publishes lost under --durability replicated"
+    );
+}

@@ -7,7 +7,9 @@
 use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
 use redis::cluster::{ClusterClient, ClusterClientBuilder, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
+use redis::cluster_routing::{
+    MultipleNodeRoutingInfo, Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr,
+};
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 use std::time::Duration;
 
@@ -125,6 +127,22 @@ impl ConnectionLike for Connection {
 }
 
 impl Connection {
+    /// `WAIT 1 <timeout>` on the connection (on a cluster, to the master of
+    /// `key`'s slot, which took the write): how many replicas confirmed.
+    pub async fn wait_for_replica(&mut self, key: &str, timeout: Duration) -> RedisResult<i64> {
+        let mut cmd = redis::cmd("WAIT");
+        cmd.arg(1).arg(timeout.as_millis() as u64);
+        match self {
+            Connection::Cluster(conn) => {
+                let route = Route::with_key(key, SlotAddr::Master);
+                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
+                let reply = conn.route_command(cmd, routing).await?;
+                Ok(redis::from_redis_value(reply)?)
+            }
+            _ => cmd.query_async(self).await,
+        }
+    }
+
     /// Runs `cmd` on every master (the one server when standalone) and
     /// returns each one's reply: for what is per node, not per key
     /// (`INFO`, `CONFIG GET`, `SCAN`).

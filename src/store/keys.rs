@@ -92,8 +92,13 @@ mod tests {
             keys.dedupe("d"),
         ];
         all.extend(keys.lease_keys("billing"));
-        for key in all {
+        for key in &all {
             assert!(key.contains("{orders}"));
+        }
+        // What a Redis Cluster computes: every key a script touches is in one slot.
+        let slot = redis::cluster_routing::Slot::for_key(keys.stream());
+        for key in all {
+            assert_eq!(redis::cluster_routing::Slot::for_key(&key), slot, "{key}");
         }
     }
 }

@@ -194,10 +194,12 @@ impl Store {
             }
         }
         let mut conn = self.shared();
-        invocation
+        let acked = invocation
             .invoke_async(&mut conn)
             .await
-            .map_err(group_missing_is_not_found)
+            .map_err(group_missing_is_not_found)?;
+        self.replicated(&mut conn, &keys.stream()).await?;
+        Ok(acked)
     }
 
     /// Sets each lease still held by its consumer to end `lease` from now.

@@ -46,6 +46,8 @@ const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 #[derive(Clone)]
 pub struct Store {
     shared: Connection,
+    /// With `--durability replicated`, how long writes wait for a replica.
+    replica_wait: Option<Duration>,
     /// The shared connections of the server's workers, each with the
     /// runtime it lives on (see [`Store::with_own_shared_connection`]).
     worker_connections: Arc<Mutex<Vec<(Handle, Connection)>>>,
@@ -152,9 +154,33 @@ impl Store {
         };
         Ok(Self {
             shared: shared_connection(&backend)?,
+            replica_wait: None,
             worker_connections: Arc::default(),
             backend,
         })
+    }
+
+    /// This store, acknowledging writes only once a replica has them when
+    /// `replica_wait` is set (`--durability replicated`).
+    pub fn with_replica_wait(self, replica_wait: Option<Duration>) -> Self {
+        Self {
+            replica_wait,
+            ..self
+        }
+    }
+
+    /// With `--durability replicated`: waits until a replica has the writes
+    /// made so far on `conn` to `key`'s node (`WAIT 1`, on the same
+    /// connection), at most the configured time.
+    pub(crate) async fn replicated(&self, conn: &mut Connection, key: &str) -> Result<()> {
+        let Some(timeout) = self.replica_wait else {
+            return Ok(());
+        };
+        let replicas = conn.wait_for_replica(key, timeout).await?;
+        if replicas < 1 {
+            return Err(crate::error::Error::NotReplicated);
+        }
+        Ok(())
     }
 
     /// Connections of the pool, and how many are idle; None on a cluster.

@@ -205,6 +205,7 @@ impl Store {
         }
         let mut conn = self.shared();
         let ids: Vec<String> = invocation.invoke_async(&mut conn).await?;
+        self.replicated(&mut conn, &keys.stream()).await?;
         Ok(ids
             .into_iter()
             .map(|id| Published {
@@ -251,6 +252,7 @@ impl Store {
         }
         let mut conn = self.shared();
         let reply: Value = invocation.invoke_async(&mut conn).await?;
+        self.replicated(&mut conn, &keys.stream()).await?;
         let mut reply = as_array(reply)?.into_iter();
         let now = as_int(reply.next().unwrap_or(Value::Nil))?;
         as_array(reply.next().unwrap_or(Value::Nil))?
