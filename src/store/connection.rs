@@ -10,7 +10,11 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{
     MultipleNodeRoutingInfo, Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr,
 };
-use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
+use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
+use redis::{
+    AsyncConnectionConfig, Cmd, ConnectionAddr, Pipeline, RedisFuture, RedisResult, Value,
+};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Where Redis is, from `--redis-url`.
@@ -21,12 +25,90 @@ pub enum Topology {
     /// `redis+cluster://[user:password@]host:port[,host:port…]`: the seed
     /// nodes of a Redis Cluster, as `redis://` URLs.
     Cluster(Vec<String>),
+    /// `redis+sentinel://[user:password@]host:port[,host:port…]/<master>[/db]`:
+    /// the Sentinels that know which server is the master.
+    Sentinel(SentinelTarget),
+}
+
+/// The Sentinels to ask, for which master; the credentials are the master's.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SentinelTarget {
+    pub sentinels: Vec<(String, u16)>,
+    pub master: String,
+    pub db: i64,
+    pub username: Option<String>,
+    pub password: Option<String>,
+}
+
+impl std::fmt::Debug for SentinelTarget {
+    /// Without the password.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SentinelTarget")
+            .field("sentinels", &self.sentinels)
+            .field("master", &self.master)
+            .field("db", &self.db)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Splits `[user:password@]rest` (the password may contain `@`: the last one counts).
+fn split_userinfo(rest: &str) -> (Option<&str>, &str) {
+    match rest.rsplit_once('@') {
+        Some((userinfo, hosts)) => (Some(userinfo), hosts),
+        None => (None, rest),
+    }
+}
+
+fn parse_sentinel(rest: &str) -> Result<SentinelTarget, String> {
+    let (userinfo, rest) = split_userinfo(rest);
+    let mut parts = rest.trim_end_matches('/').split('/');
+    let hosts = parts.next().unwrap_or_default();
+    let master = parts
+        .next()
+        .filter(|m| !m.is_empty())
+        .ok_or("a sentinel URL ends with /<master-name>")?
+        .to_owned();
+    let db = match parts.next() {
+        None => 0,
+        Some(db) => db
+            .parse()
+            .map_err(|_| "the database after the master name is a number")?,
+    };
+    let sentinels = hosts
+        .split(',')
+        .filter(|h| !h.is_empty())
+        .map(|host| {
+            let (name, port) = host.rsplit_once(':').unwrap_or((host, "26379"));
+            let port = port.parse().map_err(|_| "a sentinel's port is a number")?;
+            Ok((name.to_owned(), port))
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    if sentinels.is_empty() {
+        return Err("a sentinel URL names at least one host:port".into());
+    }
+    let (username, password) = match userinfo.map(|u| u.split_once(':').unwrap_or((u, ""))) {
+        Some((user, password)) => (
+            Some(user.to_owned()).filter(|u| !u.is_empty()),
+            Some(password.to_owned()).filter(|p| !p.is_empty()),
+        ),
+        None => (None, None),
+    };
+    Ok(SentinelTarget {
+        sentinels,
+        master,
+        db,
+        username,
+        password,
+    })
 }
 
 impl Topology {
     /// Reads a `--redis-url`; the error says what is wrong without the URL
     /// (it may hold a password).
     pub fn parse(url: &str) -> Result<Self, String> {
+        if let Some(rest) = url.strip_prefix("redis+sentinel://") {
+            return parse_sentinel(rest).map(Topology::Sentinel);
+        }
         let Some(rest) = url
             .strip_prefix("redis+cluster://")
             .map(|rest| ("redis", rest))
@@ -39,10 +121,7 @@ impl Topology {
         };
         let (scheme, rest) = rest;
         let rest = rest.trim_end_matches('/');
-        let (userinfo, hosts) = match rest.rsplit_once('@') {
-            Some((userinfo, hosts)) => (Some(userinfo), hosts),
-            None => (None, rest),
-        };
+        let (userinfo, hosts) = split_userinfo(rest);
         let seeds: Vec<String> = hosts
             .split(',')
             .filter(|host| !host.is_empty())
@@ -86,6 +165,122 @@ pub fn lazy_cluster_connection(
     )
 }
 
+/// Finds the master through the Sentinels, and connects to it.
+pub struct SentinelConnector {
+    client: tokio::sync::Mutex<SentinelClient>,
+}
+
+impl SentinelConnector {
+    pub fn new(target: &SentinelTarget) -> RedisResult<Self> {
+        let sentinels = target
+            .sentinels
+            .iter()
+            .map(|(host, port)| ConnectionAddr::Tcp(host.clone(), *port));
+        let mut builder =
+            SentinelClientBuilder::new(sentinels, &target.master, SentinelServerType::Master)?
+                .set_client_to_redis_db(target.db);
+        if let Some(username) = &target.username {
+            builder = builder.set_client_to_redis_username(username);
+        }
+        if let Some(password) = &target.password {
+            builder = builder.set_client_to_redis_password(password);
+        }
+        Ok(Self {
+            client: tokio::sync::Mutex::new(builder.build()?),
+        })
+    }
+
+    /// A client for the server the Sentinels call master now.
+    pub async fn master(&self) -> RedisResult<redis::Client> {
+        self.client.lock().await.async_get_client().await
+    }
+}
+
+/// A connection to the master a Sentinel names, which asks again after an
+/// error that a failover causes (the old master answers READONLY, blocked
+/// reads get UNBLOCKED, or the connection breaks). The failed call is not
+/// retried: a retry could write twice; the caller sees UNAVAILABLE.
+#[derive(Clone)]
+pub struct SentinelConnection {
+    connector: Arc<SentinelConnector>,
+    config: AsyncConnectionConfig,
+    current: Arc<std::sync::Mutex<Option<MultiplexedConnection>>>,
+}
+
+impl SentinelConnection {
+    pub fn new(connector: Arc<SentinelConnector>, response_timeout: Duration) -> Self {
+        Self {
+            connector,
+            config: AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(Duration::from_secs(2)))
+                .set_response_timeout(Some(response_timeout)),
+            current: Arc::default(),
+        }
+    }
+
+    async fn connection(&self) -> RedisResult<MultiplexedConnection> {
+        if let Some(conn) = self.current.lock().expect("sentinel lock").clone() {
+            return Ok(conn);
+        }
+        let master = self.connector.master().await?;
+        let conn = master
+            .get_multiplexed_async_connection_with_config(&self.config)
+            .await?;
+        *self.current.lock().expect("sentinel lock") = Some(conn.clone());
+        Ok(conn)
+    }
+
+    /// Forgets the master after an error a failover causes.
+    fn after<T>(&self, result: &RedisResult<T>) {
+        if let Err(err) = result
+            && failed_over(err)
+        {
+            self.current.lock().expect("sentinel lock").take();
+        }
+    }
+}
+
+/// Whether `err` means the server is no longer (reachable as) the master.
+fn failed_over(err: &redis::RedisError) -> bool {
+    err.is_io_error()
+        || err.is_connection_dropped()
+        || err.is_connection_refusal()
+        || err.is_timeout()
+        || matches!(
+            err.code(),
+            Some("READONLY" | "UNBLOCKED" | "MASTERDOWN" | "LOADING")
+        )
+}
+
+impl ConnectionLike for SentinelConnection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(async move {
+            let mut conn = self.connection().await?;
+            let result = conn.req_packed_command(cmd).await;
+            self.after(&result);
+            result
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        Box::pin(async move {
+            let mut conn = self.connection().await?;
+            let result = conn.req_packed_commands(pipeline, offset, count).await;
+            self.after(&result);
+            result
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        0
+    }
+}
+
 /// A connection of either topology; cheap to clone.
 #[derive(Clone)]
 pub enum Connection {
@@ -93,6 +288,7 @@ pub enum Connection {
     /// A dedicated standalone connection (blocking reads).
     Dedicated(MultiplexedConnection),
     Cluster(ClusterConnection),
+    Sentinel(SentinelConnection),
 }
 
 impl ConnectionLike for Connection {
@@ -101,6 +297,7 @@ impl ConnectionLike for Connection {
             Connection::Single(conn) => conn.req_packed_command(cmd),
             Connection::Dedicated(conn) => conn.req_packed_command(cmd),
             Connection::Cluster(conn) => conn.req_packed_command(cmd),
+            Connection::Sentinel(conn) => conn.req_packed_command(cmd),
         }
     }
 
@@ -114,6 +311,7 @@ impl ConnectionLike for Connection {
             Connection::Single(conn) => conn.req_packed_commands(pipeline, offset, count),
             Connection::Dedicated(conn) => conn.req_packed_commands(pipeline, offset, count),
             Connection::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Connection::Sentinel(conn) => conn.req_packed_commands(pipeline, offset, count),
         }
     }
 
@@ -122,6 +320,7 @@ impl ConnectionLike for Connection {
             Connection::Single(conn) => conn.get_db(),
             Connection::Dedicated(conn) => conn.get_db(),
             Connection::Cluster(conn) => conn.get_db(),
+            Connection::Sentinel(conn) => conn.get_db(),
         }
     }
 }
@@ -186,6 +385,22 @@ mod tests {
             Ok(Topology::Standalone("redis://127.0.0.1:6379/2".into()))
         );
         assert!(Topology::parse("redis+cluster://").is_err());
+        let Ok(Topology::Sentinel(target)) =
+            Topology::parse("redis+sentinel://:s3cret@10.0.0.1:26379,10.0.0.2/mymaster/2")
+        else {
+            panic!("a sentinel URL");
+        };
+        assert_eq!(
+            target.sentinels,
+            [
+                ("10.0.0.1".to_owned(), 26379),
+                ("10.0.0.2".to_owned(), 26379)
+            ]
+        );
+        assert_eq!((target.master.as_str(), target.db), ("mymaster", 2));
+        assert_eq!(target.password.as_deref(), Some("s3cret"));
+        assert!(!format!("{target:?}").contains("s3cret"));
+        assert!(Topology::parse("redis+sentinel://h:26379").is_err());
         let err = Topology::parse("redis+cluster://u:secret@h:1/0").unwrap_err();
         assert!(!err.contains("secret"));
     }

@@ -13,7 +13,7 @@ pub mod topics;
 
 use crate::error::Result;
 use bb8_redis::RedisConnectionManager;
-use connection::{Connection, Topology};
+use connection::{Connection, SentinelConnection, SentinelConnector, Topology};
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
@@ -66,6 +66,11 @@ enum Backend {
         background: ClusterConnection,
         seeds: Vec<String>,
     },
+    Sentinel {
+        connector: Arc<SentinelConnector>,
+        /// For background loops and admin calls.
+        background: SentinelConnection,
+    },
 }
 
 fn shared_connection(backend: &Backend) -> redis::RedisResult<Connection> {
@@ -82,6 +87,9 @@ fn shared_connection(backend: &Backend) -> redis::RedisResult<Connection> {
         Backend::Cluster { client, .. } => Connection::Cluster(
             connection::lazy_cluster_connection(client, RESPONSE_TIMEOUT),
         ),
+        Backend::Sentinel { connector, .. } => {
+            Connection::Sentinel(SentinelConnection::new(connector.clone(), RESPONSE_TIMEOUT))
+        }
     })
 }
 
@@ -95,6 +103,7 @@ async fn ping(mut connection: impl ConnectionLike) -> Result<()> {
 pub enum PooledConnection<'a> {
     Pooled(bb8::PooledConnection<'a, RedisConnectionManager>),
     Cluster(ClusterConnection),
+    Sentinel(SentinelConnection),
 }
 
 impl ConnectionLike for PooledConnection<'_> {
@@ -102,6 +111,7 @@ impl ConnectionLike for PooledConnection<'_> {
         match self {
             PooledConnection::Pooled(conn) => conn.req_packed_command(cmd),
             PooledConnection::Cluster(conn) => conn.req_packed_command(cmd),
+            PooledConnection::Sentinel(conn) => conn.req_packed_command(cmd),
         }
     }
 
@@ -114,6 +124,7 @@ impl ConnectionLike for PooledConnection<'_> {
         match self {
             PooledConnection::Pooled(conn) => conn.req_packed_commands(pipeline, offset, count),
             PooledConnection::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
+            PooledConnection::Sentinel(conn) => conn.req_packed_commands(pipeline, offset, count),
         }
     }
 
@@ -121,6 +132,7 @@ impl ConnectionLike for PooledConnection<'_> {
         match self {
             PooledConnection::Pooled(conn) => conn.get_db(),
             PooledConnection::Cluster(conn) => conn.get_db(),
+            PooledConnection::Sentinel(conn) => conn.get_db(),
         }
     }
 }
@@ -149,6 +161,14 @@ impl Store {
                     client,
                     background,
                     seeds,
+                }
+            }
+            Topology::Sentinel(target) => {
+                let connector = Arc::new(SentinelConnector::new(&target)?);
+                let background = SentinelConnection::new(connector.clone(), RESPONSE_TIMEOUT);
+                Backend::Sentinel {
+                    connector,
+                    background,
                 }
             }
         };
@@ -190,7 +210,7 @@ impl Store {
                 let state = pool.state();
                 Some((state.connections, state.idle_connections))
             }
-            Backend::Cluster { .. } => None,
+            Backend::Cluster { .. } | Backend::Sentinel { .. } => None,
         }
     }
 
@@ -224,6 +244,7 @@ impl Store {
         Ok(match &self.backend {
             Backend::Standalone { pool, .. } => PooledConnection::Pooled(pool.get().await?),
             Backend::Cluster { background, .. } => PooledConnection::Cluster(background.clone()),
+            Backend::Sentinel { background, .. } => PooledConnection::Sentinel(background.clone()),
         })
     }
 
@@ -249,6 +270,11 @@ impl Store {
                 ping(connection.clone()).await?;
                 Connection::Cluster(connection)
             }
+            Backend::Sentinel { connector, .. } => {
+                let connection = SentinelConnection::new(connector.clone(), response_timeout);
+                ping(connection.clone()).await?;
+                Connection::Sentinel(connection)
+            }
         })
     }
 
@@ -266,6 +292,12 @@ impl Store {
                     }
                 }
                 Err(last.expect("a cluster has seeds").into())
+            }
+            // Subscribers on a replica get what is published on its master,
+            // so a failover does not lose hints; a dead master breaks the
+            // connection, and the listener asks the Sentinels again.
+            Backend::Sentinel { connector, .. } => {
+                Ok(connector.master().await?.get_async_pubsub().await?)
             }
         }
     }

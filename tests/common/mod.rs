@@ -12,6 +12,8 @@
 #![allow(clippy::needless_update)]
 
 pub mod cluster;
+pub mod load;
+pub mod sentinel;
 
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader, Read, Write};
