@@ -120,3 +120,58 @@ async fn streams_whose_clients_do_not_read_stay_within_their_byte_budget() {
     );
     assert!(peak < RSS_BOUND_MIB, "RSS peaked at {peak} MiB");
 }
+
+#[tokio::test]
+async fn deliveries_a_client_never_got_are_given_back_when_it_leaves() {
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis.url(), &[]).await;
+    let mut client = server.client().await;
+    // Large enough that a client that does not read leaves most of them in
+    // the server's buffers (HTTP/2 windows take the first few).
+    let payload = Bytes::from(vec![b'y'; 900 * 1024]);
+    for _ in 0..4 {
+        let messages = (0..3).map(|_| message(payload.clone())).collect();
+        publish_messages(&mut client, "left", messages).await;
+    }
+    let mut reader = pb::queue_service_client::QueueServiceClient::new(server.channel().await);
+    let stream = reader
+        .subscribe(Sub::deadline(Duration::from_secs(600)).request("left", "s"))
+        .await
+        .expect("subscribe")
+        .into_inner();
+    // Let it fetch, then leave without reading.
+    let mut admin = server.admin().await;
+    let started = tokio::time::Instant::now();
+    while pending_of(&mut admin, "left", "s").await == 0 && started.elapsed() < EVENTUALLY {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    drop(stream);
+    drop(reader);
+    // Another stream gets what never reached the first one at once, as a
+    // first attempt, not after the first stream's 10-minute deadline.
+    let mut other = subscribe(&mut client, "left", "s", Sub::default()).await;
+    let got = next_messages(&mut other, 1, Duration::from_secs(10)).await;
+    assert!(
+        !got.is_empty(),
+        "nothing given back by the stream that left"
+    );
+    assert!(
+        got.iter().all(|m| m.delivery_attempt == 1),
+        "given back as the same attempt"
+    );
+}
+
+async fn pending_of(admin: &mut Admin, topic: &str, subscription: &str) -> u64 {
+    admin
+        .get_subscription(pb::GetSubscriptionRequest {
+            topic: topic.into(),
+            name: subscription.into(),
+        })
+        .await
+        .expect("GetSubscription")
+        .into_inner()
+        .stats
+        .expect("stats")
+        .pending
+}

@@ -12,6 +12,7 @@ use crate::store::leases::{ConsumerSpec, Lease, RetryPolicy};
 use crate::store::stream::{Entry, GroupStart};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
@@ -82,18 +83,37 @@ impl FlowControl {
     }
 }
 
+/// Deliveries fetched for a stream that never reached its client, by
+/// (entry id, delivery count): given back when the stream ends.
+type Unsent = Arc<Mutex<Vec<(String, u32)>>>;
+
 /// Deliveries on their way to the client, with the bytes they hold of the
-/// stream's budget (given back when the batch is taken apart).
+/// stream's budget (given back when the batch is taken apart). A batch
+/// dropped unsent (the client left) records its deliveries as unsent.
 #[derive(Debug)]
 pub struct DeliveryBatch {
     deliveries: Vec<Delivery>,
     _reserved: Reservation,
+    unsent: Unsent,
 }
 
 impl DeliveryBatch {
-    /// The deliveries; their bytes go back to the budget.
-    pub fn into_deliveries(self) -> Vec<Delivery> {
-        self.deliveries
+    /// The deliveries, to send; their bytes go back to the budget.
+    pub fn into_deliveries(mut self) -> Vec<Delivery> {
+        std::mem::take(&mut self.deliveries)
+    }
+}
+
+impl Drop for DeliveryBatch {
+    fn drop(&mut self) {
+        if !self.deliveries.is_empty() {
+            let mut unsent = self.unsent.lock().expect("unsent lock");
+            unsent.extend(
+                self.deliveries
+                    .iter()
+                    .map(|d| (d.entry.id.clone(), d.attempt)),
+            );
+        }
     }
 }
 
@@ -112,8 +132,9 @@ pub(super) struct DeliveryLoop {
     pub ack_deadline: Duration,
     /// Unique name of this stream in the consumer group.
     pub consumer: String,
-    pub control: std::sync::Arc<FlowControl>,
+    pub control: Arc<FlowControl>,
     pub sender: mpsc::Sender<Result<DeliveryBatch>>,
+    pub unsent: Unsent,
 }
 
 impl DeliveryLoop {
@@ -237,6 +258,7 @@ impl DeliveryLoop {
         if broker.shutdown.is_cancelled() {
             let _ = self.sender.try_send(Err(Error::ShuttingDown));
         }
+        self.return_unsent(&keys, held).await;
         match broker
             .store
             .release_consumer(&keys, &self.options.subscription, &self.consumer)
@@ -247,6 +269,46 @@ impl DeliveryLoop {
                 tracing::debug!("stream closed with unacked messages, left for redelivery")
             }
             Err(err) => tracing::debug!(error = ?err, "stream closed, consumer not released"),
+        }
+    }
+
+    /// Gives back what was fetched for this stream and never sent: held
+    /// deliveries, and batches its client left behind.
+    async fn return_unsent(&self, keys: &TopicKeys, mut held: Held) {
+        let mut unsent = std::mem::take(&mut *self.unsent.lock().expect("unsent lock"));
+        unsent.extend(
+            held.waiting
+                .drain(..)
+                .map(|(_, entry, attempt)| (entry.id, attempt)),
+        );
+        if unsent.is_empty() {
+            return;
+        }
+        let leases: Vec<Lease> = unsent
+            .into_iter()
+            .map(|(entry_id, attempt)| Lease {
+                entry_id,
+                consumer: self.consumer.clone(),
+                attempt,
+            })
+            .collect();
+        let store = &self.broker.store;
+        match store
+            .return_unsent(keys, &self.options.subscription, &leases)
+            .await
+        {
+            Ok(returned) if returned > 0 => {
+                tracing::debug!(returned, "gave back deliveries the client never got");
+                let _ = self
+                    .broker
+                    .wakeups
+                    .deliveries_returned(&self.options.topic)
+                    .await;
+            }
+            Ok(_) => {}
+            Err(err) => {
+                tracing::debug!(error = ?err, "unsent deliveries left for redelivery after their deadline")
+            }
         }
     }
 
@@ -291,12 +353,16 @@ impl DeliveryLoop {
                 let batch = DeliveryBatch {
                     deliveries: std::mem::take(&mut batch),
                     _reserved: reserved.split(batch_bytes as u64),
+                    unsent: self.unsent.clone(),
                 };
+                // A batch that is not sent records itself as unsent on drop.
                 let sent = tokio::select! {
                     _ = self.control.stop.cancelled() => false,
                     sent = self.sender.send(Ok(batch)) => sent.is_ok(),
                 };
                 if !sent {
+                    let mut unsent = self.unsent.lock().expect("unsent lock");
+                    unsent.extend(deliveries.map(|(entry, attempt)| (entry.id, attempt)));
                     return false;
                 }
                 batch_bytes = 0;

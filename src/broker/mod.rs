@@ -298,6 +298,7 @@ impl Broker {
                 consumer,
                 control: control.clone(),
                 sender,
+                unsent: Arc::default(),
             }
             .run(),
         );

@@ -6,7 +6,7 @@
 
 use super::scripts::{
     ACK, END_LEASES, ENSURE_SUBSCRIPTION, EXTEND_LEASES, FETCH_DELIVERIES, PRUNE_CONSUMERS,
-    RELEASE_CONSUMER,
+    RELEASE_CONSUMER, RETURN_UNSENT,
 };
 use super::stream::{Entry, GroupStart, as_array, as_int, decode_entry, parse_entry_id};
 use super::topics::SubscriptionSettings;
@@ -262,6 +262,19 @@ impl Store {
             .invoke_async(&mut conn)
             .await
             .map_err(group_missing_is_not_found)
+    }
+
+    /// Gives back deliveries fetched for a consumer but never sent to its
+    /// client: due at once, as the same attempt. Returns how many.
+    pub async fn return_unsent(
+        &self,
+        keys: &TopicKeys,
+        group: &str,
+        leases: &[Lease],
+    ) -> Result<u64> {
+        let mut invocation = RETURN_UNSENT.key(keys.stream());
+        invocation.key(keys.timers(group)).arg(group);
+        self.with_leases(invocation, leases).await
     }
 
     /// Removes a consumer that holds nothing; one with pending entries stays

@@ -106,6 +106,7 @@ script!(FETCH_DELIVERIES, "fetch_deliveries.lua", with_lib);
 script!(END_LEASES, "end_leases.lua", with_lib);
 script!(EXTEND_LEASES, "extend_leases.lua", with_lib);
 script!(RELEASE_CONSUMER, "release_consumer.lua");
+script!(RETURN_UNSENT, "return_unsent.lua", with_lib);
 script!(PRUNE_CONSUMERS, "prune_consumers.lua");
 script!(PUBLISH_MESSAGES, "publish_messages.lua", with_lib);
 script!(PROMOTE_DUE, "promote_due.lua", with_lib);
