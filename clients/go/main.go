@@ -1,7 +1,9 @@
-// Command redq-example is an example redq client in Go (google.golang.org/grpc).
+// Command redq-example is an example redq client in Go, on the library in
+// redq/ (import path "redq"): a Publisher, a Subscriber and the Client's
+// scheduling calls.
 //
-// Its stubs are generated from ../../proto by build.sh (protoc with
-// protoc-gen-go and protoc-gen-go-grpc) into gopath/, which is not committed.
+// build.sh generates the library's stubs from ../../proto (protoc with
+// protoc-gen-go and protoc-gen-go-grpc) into redq/v1, which is not committed.
 //
 //	./build.sh
 //	./bin/redq-example                      # the demo: every step, checked
@@ -19,18 +21,15 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"sync"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/durationpb"
-
+	"redq"
 	redqv1 "redq/v1"
 )
 
 const (
-	rpcTimeout     = 5 * time.Second  // for each unary call
+	rpcTimeout     = 5 * time.Second  // to connect, and for each call
 	receiveTimeout = 15 * time.Second // for the whole receive phase of the demo
 )
 
@@ -41,16 +40,14 @@ func serverAddr() string {
 	return "127.0.0.1:50051"
 }
 
-func connect(addr string) (*grpc.ClientConn, redqv1.QueueServiceClient, error) {
+func connect(addr string) (*redq.Client, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
 	defer cancel()
-	// Plaintext, like `redq serve` without TLS. WithBlock makes a server that
-	// is not there an error now rather than at the first call.
-	conn, err := grpc.DialContext(ctx, addr, grpc.WithInsecure(), grpc.WithBlock())
+	c, err := redq.Dial(ctx, addr)
 	if err != nil {
-		return nil, nil, fmt.Errorf("could not connect to redq at %s within %s (set REDQ_ADDR?): %v", addr, rpcTimeout, err)
+		return nil, fmt.Errorf("could not connect to redq at %s within %s (set REDQ_ADDR?): %v", addr, rpcTimeout, err)
 	}
-	return conn, redqv1.NewQueueServiceClient(conn), nil
+	return c, nil
 }
 
 func fmtTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z") }
@@ -88,154 +85,139 @@ func demo() error {
 	addr := serverAddr()
 	topic := "demo-go-" + randomHex(6)
 	const subscription = "demo"
-	conn, client, err := connect(addr)
+	c, err := connect(addr)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
+	defer c.Close()
 	fmt.Printf("go client: server %s, topic %s\n", addr, topic)
+	ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
+	defer cancel()
 
-	unary := func() (context.Context, context.CancelFunc) {
-		return context.WithTimeout(context.Background(), rpcTimeout)
-	}
-
-	// 1. Publish a batch of three messages.
+	// 1. Publish three messages: published together, they share a request.
 	batch := []string{"batch-1", "batch-2", "batch-3"}
-	var msgs []*redqv1.PublishMessage
+	pub := redq.NewPublisher(c, redq.PublisherOptions{})
+	var results []*redq.PublishResult
 	for i, p := range batch {
-		msgs = append(msgs, &redqv1.PublishMessage{
-			Payload:    []byte(p),
-			Attributes: map[string]string{"lang": "go", "n": fmt.Sprint(i + 1)},
-		})
+		attrs := map[string]string{"lang": "go", "n": fmt.Sprint(i + 1)}
+		results = append(results, pub.Publish(ctx, topic, []byte(p), redq.WithAttributes(attrs)))
 	}
-	ctx, cancel := unary()
-	published, err := client.Publish(ctx, &redqv1.PublishRequest{Topic: topic, Messages: msgs})
-	cancel()
-	if err != nil {
-		return fmt.Errorf("Publish: %v", err)
+	var ids []string
+	for _, r := range results {
+		id, err := r.Get(ctx)
+		if err != nil {
+			return fmt.Errorf("publish: %v", err)
+		}
+		ids = append(ids, id)
 	}
-	if len(published.MessageIds) != 3 {
-		return fmt.Errorf("Publish returned %d ids, expected 3", len(published.MessageIds))
+	if err := pub.Close(ctx); err != nil {
+		return fmt.Errorf("publisher close: %v", err)
 	}
-	fmt.Printf("published batch of 3: ids %v\n", published.MessageIds)
+	fmt.Printf("published batch of 3: ids %v\n", ids)
 
 	// 2. Schedule one message for one second from now.
-	ctx, cancel = unary()
-	scheduled, err := client.ScheduleDelayed(ctx, &redqv1.ScheduleDelayedRequest{
-		Topic:   topic,
-		Message: &redqv1.PublishMessage{Payload: []byte("delayed"), Attributes: map[string]string{"lang": "go"}},
-		Delay:   durationpb.New(time.Second),
-	})
-	cancel()
+	scheduled, err := c.Schedule(ctx, topic, []byte("delayed"), redq.After(time.Second),
+		redq.WithAttributes(map[string]string{"lang": "go"}))
 	if err != nil {
-		return fmt.Errorf("ScheduleDelayed: %v", err)
+		return fmt.Errorf("schedule: %v", err)
 	}
-	delayedID := scheduled.MessageId
-	fmt.Printf("scheduled 'delayed' (delay 1s): id %s, deliver_at %s\n", delayedID, fmtTime(scheduled.DeliverAt.AsTime()))
+	fmt.Printf("scheduled 'delayed' (delay 1s): id %s, deliver_at %s\n", scheduled.ID, fmtTime(scheduled.DeliverAt))
 
-	// 3. Subscribe; the whole receive phase shares one deadline.
-	streamCtx, stopStream := context.WithTimeout(context.Background(), receiveTimeout)
-	defer stopStream()
-	stream, err := client.Subscribe(streamCtx, &redqv1.SubscribeRequest{
-		Topic:                  topic,
-		Subscription:           subscription,
-		Consumer:               "go-demo",
-		MaxOutstandingMessages: 10,
-		AckDeadline:            durationpb.New(10 * time.Second),
-		Start:                  redqv1.StartPosition_START_POSITION_EARLIEST,
-	})
-	if err != nil {
-		return fmt.Errorf("Subscribe: %v", err)
+	// 3. Subscribe. One handler at a time, so that the checks below need no
+	//    lock and the lines come out in order. Ack every message, except the
+	//    first delivery of batch-2: nack it with zero delay, receive it again
+	//    (attempt 2) and ack it then.
+	var (
+		acked    = map[string]bool{}
+		nackedAt time.Time
+		mu       sync.Mutex // guards acked for the timeout message
+		finished = make(chan error, 1)
+	)
+	finish := func(err error) {
+		select {
+		case finished <- err:
+		default:
+		}
 	}
-	fmt.Printf("subscribed: subscription %s, ack deadline 10s\n", subscription)
-
-	ack := func(r *redqv1.ReceivedMessage) error {
-		ctx, cancel := unary()
-		defer cancel()
-		if _, err := client.Ack(ctx, &redqv1.AckRequest{Topic: topic, Subscription: subscription, AckIds: []string{r.AckId}}); err != nil {
-			return fmt.Errorf("Ack: %v", err)
+	handler := func(_ context.Context, m *redq.Message) error {
+		arrival := time.Now()
+		name := string(m.Payload)
+		where := fmt.Sprintf("%s (id %s, attempt %d)", name, m.ID, m.DeliveryAttempt)
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case acked[name]:
+			finish(fmt.Errorf("received %s again after it was acked", where))
+			return nil
+		case name == "batch-2" && nackedAt.IsZero():
+			if m.DeliveryAttempt != 1 {
+				finish(fmt.Errorf("received %s, expected attempt 1", where))
+			}
+			nackedAt = time.Now()
+			m.NackAfter(0) // an explicit zero delay: redeliver now (Nack() waits out the retry backoff)
+			fmt.Printf("received %s -> nack (delay 0s)\n", where)
+			return nil
+		case name == "batch-2":
+			if m.DeliveryAttempt != 2 {
+				finish(fmt.Errorf("received %s after the nack, expected attempt 2", where))
+			}
+			fmt.Printf("received %s %d ms after the nack -> ack\n", where, arrival.Sub(nackedAt).Milliseconds())
+		case name == "batch-1" || name == "batch-3":
+			if m.DeliveryAttempt != 1 {
+				finish(fmt.Errorf("received %s, expected attempt 1", where))
+			}
+			fmt.Printf("received %s -> ack\n", where)
+		case name == "delayed":
+			if m.ID != scheduled.ID {
+				finish(fmt.Errorf("received %s, expected id %s", where, scheduled.ID))
+			}
+			if arrival.Before(m.DeliverAt) {
+				finish(fmt.Errorf("received %s %s before its deliver_at %s", where, m.DeliverAt.Sub(arrival), fmtTime(m.DeliverAt)))
+			}
+			fmt.Printf("received %s at +%d ms after its deliver_at %s (not early) -> ack\n",
+				where, arrival.Sub(m.DeliverAt).Milliseconds(), fmtTime(m.DeliverAt))
+		default:
+			finish(fmt.Errorf("received unexpected message %s", where))
+			return nil
+		}
+		acked[name] = true // returning nil acks it
+		if len(acked) == 4 {
+			finish(nil)
 		}
 		return nil
 	}
+	sub := redq.Subscribe(c, topic, subscription, handler, redq.SubscriberOptions{
+		Consumer: "go-demo", MaxOutstanding: 10, Concurrency: 1, AckDeadline: 10 * time.Second,
+		Start: redqv1.StartPosition_START_POSITION_EARLIEST,
+	})
+	fmt.Printf("subscribed: subscription %s, ack deadline 10s\n", subscription)
 
-	// 4. Ack every message, except the first delivery of batch-2: nack it with
-	//    zero delay, receive it again (attempt 2) and ack it then.
-	acked := map[string]bool{}
-	var nackedAt time.Time
-	for len(acked) < 4 {
-		resp, err := stream.Recv()
-		if err != nil {
-			if status.Code(err) == codes.DeadlineExceeded || errors.Is(streamCtx.Err(), context.DeadlineExceeded) {
-				var waiting []string
-				for _, n := range append(batch, "delayed") {
-					if !acked[n] {
-						waiting = append(waiting, n)
-					}
-				}
-				sort.Strings(waiting)
-				return fmt.Errorf("timed out after %s waiting for %v", receiveTimeout, waiting)
-			}
-			return fmt.Errorf("Subscribe stream: %v", err)
-		}
-		arrival := time.Now()
-		for _, r := range resp.Messages {
-			msg, attempt := r.Message, r.DeliveryAttempt
-			name := string(msg.Payload)
-			where := fmt.Sprintf("%s (id %s, attempt %d)", name, msg.Id, attempt)
-			switch {
-			case acked[name]:
-				return fmt.Errorf("received %s again after it was acked", where)
-			case name == "batch-2" && nackedAt.IsZero():
-				if attempt != 1 {
-					return fmt.Errorf("received %s, expected attempt 1", where)
-				}
-				nackedAt = time.Now()
-				ctx, cancel := unary()
-				// An explicit zero delay: redeliver now (nil would mean the retry backoff).
-				_, err := client.Nack(ctx, &redqv1.NackRequest{
-					Topic: topic, Subscription: subscription, AckIds: []string{r.AckId}, Delay: durationpb.New(0),
-				})
-				cancel()
-				if err != nil {
-					return fmt.Errorf("Nack: %v", err)
-				}
-				fmt.Printf("received %s -> nack (delay 0s)\n", where)
-			case name == "batch-2":
-				if attempt != 2 {
-					return fmt.Errorf("received %s after the nack, expected attempt 2", where)
-				}
-				if err := ack(r); err != nil {
-					return err
-				}
-				acked[name] = true
-				fmt.Printf("received %s %d ms after the nack -> ack\n", where, arrival.Sub(nackedAt).Milliseconds())
-			case name == "batch-1" || name == "batch-3":
-				if attempt != 1 {
-					return fmt.Errorf("received %s, expected attempt 1", where)
-				}
-				if err := ack(r); err != nil {
-					return err
-				}
-				acked[name] = true
-				fmt.Printf("received %s -> ack\n", where)
-			case name == "delayed":
-				if msg.Id != delayedID {
-					return fmt.Errorf("received %s, expected id %s", where, delayedID)
-				}
-				due := msg.DeliverAt.AsTime()
-				if arrival.Before(due) {
-					return fmt.Errorf("received %s %s before its deliver_at %s", where, due.Sub(arrival), fmtTime(due))
-				}
-				if err := ack(r); err != nil {
-					return err
-				}
-				acked[name] = true
-				fmt.Printf("received %s at +%d ms after its deliver_at %s (not early) -> ack\n",
-					where, arrival.Sub(due).Milliseconds(), fmtTime(due))
-			default:
-				return fmt.Errorf("received unexpected message %s", where)
+	timeout := time.NewTimer(receiveTimeout)
+	defer timeout.Stop()
+	select {
+	case err = <-finished:
+	case <-sub.Done():
+		err = fmt.Errorf("subscriber: %v", sub.Err())
+	case <-timeout.C:
+		mu.Lock()
+		var waiting []string
+		for _, n := range append(batch, "delayed") {
+			if !acked[n] {
+				waiting = append(waiting, n)
 			}
 		}
+		mu.Unlock()
+		sort.Strings(waiting)
+		err = fmt.Errorf("timed out after %s waiting for %v", receiveTimeout, waiting)
+	}
+	// Close sends the last acks and waits for the server to confirm them.
+	closeCtx, closeCancel := context.WithTimeout(context.Background(), rpcTimeout)
+	defer closeCancel()
+	if cerr := sub.Close(closeCtx); err == nil && cerr != nil {
+		err = fmt.Errorf("subscriber close: %v", cerr)
+	}
+	if err != nil {
+		return err
 	}
 	fmt.Println("OK: go client: published 3, scheduled 1, acked 4, nacked 1 and got it back as attempt 2, delayed message not early")
 	return nil
@@ -258,47 +240,50 @@ func receive(args []string) error {
 		return errors.New("receive needs -topic and a -count of at least 1")
 	}
 	addr := serverAddr()
-	conn, client, err := connect(addr)
+	c, err := connect(addr)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
+	defer c.Close()
 
-	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
-	defer cancel()
-	stream, err := client.Subscribe(ctx, &redqv1.SubscribeRequest{
-		Topic:        *topic,
-		Subscription: *subscription,
-		Consumer:     "go-receiver",
-		// Hold no more than we will ack: the rest stays for other consumers.
-		MaxOutstandingMessages: uint32(*count),
-		AckDeadline:            durationpb.New(10 * time.Second),
-		Start:                  redqv1.StartPosition_START_POSITION_EARLIEST,
-	})
-	if err != nil {
-		return fmt.Errorf("Subscribe: %v", err)
-	}
 	fmt.Printf("go client: server %s, receiving %d message(s) from topic %s, subscription %s\n", addr, *count, *topic, *subscription)
-	for got := 0; got < *count; {
-		resp, err := stream.Recv()
-		if err != nil {
-			if status.Code(err) == codes.DeadlineExceeded || errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				return fmt.Errorf("timed out after %s with %d of %d message(s) received", *timeout, got, *count)
-			}
-			return fmt.Errorf("Subscribe stream: %v", err)
+	got := 0
+	enough := make(chan struct{})
+	sub := redq.Subscribe(c, *topic, *subscription, func(_ context.Context, m *redq.Message) error {
+		if got == *count {
+			m.NackAfter(0) // one too many, come before Close: for another consumer
+			return nil
 		}
-		for _, r := range resp.Messages {
-			m := r.Message
-			ackCtx, ackCancel := context.WithTimeout(context.Background(), rpcTimeout)
-			_, err := client.Ack(ackCtx, &redqv1.AckRequest{Topic: *topic, Subscription: *subscription, AckIds: []string{r.AckId}})
-			ackCancel()
-			if err != nil {
-				return fmt.Errorf("Ack: %v", err)
-			}
-			fmt.Printf("received %q (id %s, attempt %d, attributes %v, published %s) -> ack\n",
-				m.Payload, m.Id, r.DeliveryAttempt, m.Attributes, fmtTime(m.PublishTime.AsTime()))
-			got++
+		fmt.Printf("received %q (id %s, attempt %d, attributes %v, published %s) -> ack\n",
+			m.Payload, m.ID, m.DeliveryAttempt, m.Attributes, fmtTime(m.PublishTime))
+		if got++; got == *count {
+			close(enough)
 		}
+		return nil // acks it
+	}, redq.SubscriberOptions{
+		Consumer: "go-receiver",
+		// Hold no more than we will ack: the rest stays for other consumers.
+		MaxOutstanding: *count, Concurrency: 1, AckDeadline: 10 * time.Second,
+		Start: redqv1.StartPosition_START_POSITION_EARLIEST,
+	})
+	timer := time.NewTimer(*timeout)
+	defer timer.Stop()
+	timedOut := false
+	select {
+	case <-enough:
+	case <-sub.Done():
+		return fmt.Errorf("subscribe: %v", sub.Err())
+	case <-timer.C:
+		timedOut = true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
+	defer cancel()
+	err = sub.Close(ctx) // got is ours again once Close has waited for the handler
+	if timedOut {
+		return fmt.Errorf("timed out after %s with %d of %d message(s) received", *timeout, got, *count)
+	}
+	if err != nil {
+		return fmt.Errorf("subscriber close (the acks may not have reached the server): %v", err)
 	}
 	return nil
 }

@@ -1,0 +1,82 @@
+// Tests of the Client against a live redq: schedule, cancel, reschedule,
+// and the AdminService through the generated stubs.
+
+package redq
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	redqv1 "redq/v1"
+)
+
+func TestScheduleCancelReschedule(t *testing.T) {
+	c := dial(t)
+	topic := newTopic(t)
+	ctx := waitCtx(t, 15*time.Second)
+
+	later, err := c.Schedule(ctx, topic, []byte("later"), After(time.Hour), WithAttributes(map[string]string{"a": "b"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if later.ID == "" || later.Duplicate || time.Until(later.DeliverAt) < 59*time.Minute {
+		t.Fatalf("Schedule: %+v, want an id due in an hour", later)
+	}
+	at := time.Now().Add(2 * time.Hour).Truncate(time.Millisecond)
+	due, ok, err := c.Reschedule(ctx, topic, later.ID, At(at))
+	if err != nil || !ok || !due.Equal(at) {
+		t.Fatalf("Reschedule: %v %v %v, want %v", due, ok, err, at)
+	}
+	if ok, err := c.Cancel(ctx, topic, later.ID); err != nil || !ok {
+		t.Fatalf("Cancel: %v %v, want true", ok, err)
+	}
+	if ok, err := c.Cancel(ctx, topic, later.ID); err != nil || ok {
+		t.Fatalf("second Cancel: %v %v, want false", ok, err)
+	}
+	if _, ok, err := c.Reschedule(ctx, topic, later.ID, After(time.Minute)); err != nil || ok {
+		t.Fatalf("Reschedule of a cancelled message: %v %v, want false", ok, err)
+	}
+	if _, err := c.Schedule(ctx, topic, []byte("x"), When{}); err == nil {
+		t.Fatal("Schedule with no due time: no error")
+	}
+
+	// A message scheduled shortly comes with its id and due time.
+	soon, err := c.Schedule(ctx, topic, []byte("soon"), After(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := newDeliveries()
+	s := Subscribe(c, topic, "sub", func(ctx context.Context, m *Message) error { d.add(m); return nil }, SubscriberOptions{})
+	ms := d.waitFor(t, ctx, "the scheduled message", count(1))
+	closeSub(t, s)
+	if m := ms[0]; m.ID != soon.ID || string(m.Payload) != "soon" || !m.DeliverAt.Equal(soon.DeliverAt) {
+		t.Fatalf("delivered %s %q due %v, want %s due %v", m.ID, m.Payload, m.DeliverAt, soon.ID, soon.DeliverAt)
+	}
+}
+
+func TestAdminThroughStubs(t *testing.T) {
+	c := dial(t)
+	topic := newTopic(t)
+	ctx := waitCtx(t, 10*time.Second)
+	if _, err := c.Admin().CreateTopic(ctx, &redqv1.CreateTopicRequest{Name: topic}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Admin().CreateSubscription(ctx, &redqv1.CreateSubscriptionRequest{Topic: topic, Name: "audit"}); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, c, topic, "a", "b")
+	got, err := c.Admin().GetTopic(ctx, &redqv1.GetTopicRequest{Name: topic})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Stats.PublishedCount != 2 || len(got.Subscriptions) != 1 || got.Subscriptions[0] != "audit" {
+		t.Fatalf("GetTopic: %v", got)
+	}
+	if sub := subscription(t, c, topic, "audit"); sub.Stats.Lag != 2 {
+		t.Fatalf("subscription lag %d, want 2", sub.Stats.Lag)
+	}
+	if _, err := c.Admin().DeleteTopic(ctx, &redqv1.DeleteTopicRequest{Name: topic}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,20 @@
+// Package redq is a client library for redq, the gRPC message queue that
+// keeps its messages in Redis.
+//
+// A Client is a connection (Dial). On it:
+//
+//   - a Publisher publishes over one PublishStream: Publish returns a
+//     PublishResult at once, whose Get gives the message id. Messages that
+//     accumulate while requests are in flight go out together, and a broken
+//     stream or an UNAVAILABLE answer is retried without duplicates (every
+//     message carries a dedupe id).
+//   - a Subscriber (Subscribe) runs a Handler on a subscription's messages
+//     over one StreamingSubscribe stream: returning nil acks, an error nacks.
+//     Acks, nacks and lease extensions are batched on the stream; Close is
+//     graceful.
+//   - Schedule, Cancel and Reschedule are the scheduling calls, and Admin
+//     is the generated AdminService client.
+//
+// Errors from the server are gRPC status errors: use status.Code(err).
+// The generated stubs are the package redq/v1 (redqv1).
+package redq

@@ -1,0 +1,737 @@
+// Publisher: publishes over one PublishStream, batching what accumulates
+// while earlier requests are in flight, and retrying without duplicates.
+
+package redq
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	redqv1 "redq/v1"
+)
+
+// ErrClosed is the error of a publish made after Close began, or left
+// unanswered when Close gave up waiting.
+var ErrClosed = errors.New("redq: publisher closed")
+
+// PublishOption sets a field of a published message.
+type PublishOption func(*redqv1.PublishMessage)
+
+// WithAttributes sets the message's attributes (small key/value metadata).
+func WithAttributes(attrs map[string]string) PublishOption {
+	return func(m *redqv1.PublishMessage) { m.Attributes = attrs }
+}
+
+// WithOrderingKey sets the ordering key, delivered with the message as is.
+func WithOrderingKey(key string) PublishOption {
+	return func(m *redqv1.PublishMessage) { m.OrderingKey = key }
+}
+
+// WithDedupeID sets the idempotency key: a message with the dedupe id of one
+// published to the same topic within the dedupe window is not published
+// again. Without it the Publisher sets a unique one, so that its own retries
+// cannot duplicate a message.
+func WithDedupeID(id string) PublishOption {
+	return func(m *redqv1.PublishMessage) { m.DedupeId = id }
+}
+
+// WithDelay delivers the message d from now instead of at once.
+func WithDelay(d time.Duration) PublishOption {
+	return func(m *redqv1.PublishMessage) { m.Delay = durationpb.New(d) }
+}
+
+// WithDeliverAt delivers the message at t (millisecond precision) instead of at once.
+func WithDeliverAt(t time.Time) PublishOption {
+	return func(m *redqv1.PublishMessage) { m.DeliverAt = timestamppb.New(t) }
+}
+
+func newMessage(payload []byte, opts []PublishOption) *redqv1.PublishMessage {
+	m := &redqv1.PublishMessage{Payload: payload}
+	for _, o := range opts {
+		o(m)
+	}
+	return m
+}
+
+// PublisherOptions tune a Publisher; the zero value gives the defaults.
+type PublisherOptions struct {
+	// MaxMessages bounds the messages of one request (default 1000, the
+	// server's --max-batch-size).
+	MaxMessages int
+	// MaxBytes bounds the encoded messages of one request (default 3 MiB,
+	// under gRPC's 4 MiB message limit). A larger message goes alone.
+	MaxBytes int
+	// Linger holds a request that is not full this long for more messages
+	// to join it (default 0: send as soon as a request may be sent).
+	Linger time.Duration
+	// MaxInFlight bounds the requests sent and not yet answered (default 8;
+	// the server reads no further than 1000).
+	MaxInFlight int
+	// MaxPending bounds the messages published and not yet answered; Publish
+	// blocks (until its context ends) while there are this many (default 100000).
+	MaxPending int
+	// RetryTimeout is how long after Publish a message is still retried
+	// (default 60 s); then its result fails with the last error.
+	RetryTimeout time.Duration
+	// Backoff is the wait between retries (and stream reconnects).
+	Backoff Backoff
+}
+
+func (o PublisherOptions) withDefaults() PublisherOptions {
+	if o.MaxMessages <= 0 {
+		o.MaxMessages = 1000
+	}
+	if o.MaxBytes <= 0 {
+		o.MaxBytes = 3 << 20
+	}
+	if o.MaxInFlight <= 0 {
+		o.MaxInFlight = 8
+	}
+	if o.MaxInFlight > 1000 {
+		o.MaxInFlight = 1000
+	}
+	if o.MaxPending <= 0 {
+		o.MaxPending = 100000
+	}
+	if o.RetryTimeout <= 0 {
+		o.RetryTimeout = 60 * time.Second
+	}
+	o.Backoff = o.Backoff.withDefaults()
+	return o
+}
+
+// PublisherStats count what a Publisher sent, for monitoring (and tests).
+type PublisherStats struct {
+	Requests   uint64 // PublishStream requests sent, resends included
+	Messages   uint64 // messages in them
+	Retries    uint64 // requests answered UNAVAILABLE, or unanswered on a broken stream
+	Reconnects uint64 // streams opened after the first
+}
+
+// PublishResult is the future of one published message.
+type PublishResult struct {
+	done      chan struct{}
+	id        string
+	duplicate bool
+	deliverAt time.Time
+	err       error
+}
+
+// Ready is closed when the result is known.
+func (r *PublishResult) Ready() <-chan struct{} { return r.done }
+
+// Get waits for the message id (or the error the message failed with: a gRPC
+// status error, see status.Code) until ctx ends.
+func (r *PublishResult) Get(ctx context.Context) (string, error) {
+	select {
+	case <-r.done:
+		return r.id, r.err
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+}
+
+// Duplicate waits until Ready, then reports whether the server had the
+// message's dedupe id already: the id is then that of the message first
+// published with it.
+func (r *PublishResult) Duplicate() bool { <-r.done; return r.duplicate }
+
+// DeliverAt waits until Ready, then tells when the message is due by the
+// server's clock.
+func (r *PublishResult) DeliverAt() time.Time { <-r.done; return r.deliverAt }
+
+func failedResult(err error) *PublishResult {
+	r := &PublishResult{done: make(chan struct{}), err: err}
+	close(r.done)
+	return r
+}
+
+// pending is a published message not yet answered.
+type pending struct {
+	msg   *redqv1.PublishMessage
+	size  int // encoded, with its field tag and length
+	res   *PublishResult
+	since time.Time // when Publish took it, for RetryTimeout
+	epoch uint64    // for Flush
+	alone bool      // send in a request of its own (see complete)
+}
+
+// request is a request in flight: the messages it carries, in order.
+type request struct {
+	topic string
+	msgs  []*pending
+}
+
+// topicQueue holds the messages of one topic waiting to be sent.
+type topicQueue struct {
+	topic   string
+	msgs    []*pending
+	ready   bool      // in Publisher.ready
+	retryAt time.Time // no sending before (backoff after UNAVAILABLE)
+	retries int       // UNAVAILABLE answers in a row
+}
+
+// Publisher publishes messages over one PublishStream. Publish never waits
+// for the server: while MaxInFlight requests are unanswered, messages
+// accumulate and go out together (per topic, bounded by MaxMessages and
+// MaxBytes) as soon as a request is answered. A broken stream is reopened
+// with backoff and its unanswered messages are sent again, as are those of a
+// request answered UNAVAILABLE; every message carries a dedupe id, so a
+// message whose first try did reach the server is not published twice.
+//
+// A request that fails otherwise (INVALID_ARGUMENT, RESOURCE_EXHAUSTED…)
+// fails the results of its messages with that status. Since such a request
+// publishes nothing, a request of several messages that fails with
+// INVALID_ARGUMENT is first tried again one message a request, so that a bad
+// message fails alone rather than with the messages batched with it.
+//
+// The order of a topic's messages is kept, except across such retries.
+// A Publisher is safe for concurrent use.
+type Publisher struct {
+	c      *Client
+	opts   PublisherOptions
+	room   chan struct{} // MaxPending tokens, taken by Publish
+	ctx    context.Context
+	cancel context.CancelFunc // aborts the stream (Close gave up)
+	done   chan struct{}      // closed when run returns
+	wake   chan struct{}      // cap 1: there may be something to send
+
+	dedupePrefix string
+	dedupeSeq    uint64 // atomic
+
+	mu       sync.Mutex
+	started  bool
+	closing  bool
+	topics   map[string]*topicQueue
+	ready    []*topicQueue // topics with messages queued, served in turn
+	inflight map[uint64]request
+	nextID   uint64
+	epoch    uint64         // Flush cuts an epoch; Publish tags its messages with it
+	perEpoch map[uint64]int // unanswered messages by epoch
+	flushers []flushWaiter  // Flush calls waiting
+	stats    PublisherStats
+}
+
+type flushWaiter struct {
+	epoch uint64 // done when no message of this epoch or before is unanswered
+	ch    chan struct{}
+}
+
+// NewPublisher makes a Publisher on c. Its stream opens at the first Publish.
+func NewPublisher(c *Client, opts PublisherOptions) *Publisher {
+	opts = opts.withDefaults()
+	ctx, cancel := context.WithCancel(context.Background())
+	prefix := make([]byte, 12)
+	if _, err := rand.Read(prefix); err != nil {
+		panic(fmt.Sprintf("redq: no randomness for dedupe ids: %v", err))
+	}
+	return &Publisher{
+		c: c, opts: opts, ctx: ctx, cancel: cancel,
+		room: make(chan struct{}, opts.MaxPending),
+		done: make(chan struct{}), wake: make(chan struct{}, 1),
+		// A random prefix and a counter: unique like a random id per
+		// message, without a call for randomness per message.
+		dedupePrefix: "go-" + hex.EncodeToString(prefix) + "-",
+		topics:       map[string]*topicQueue{},
+		inflight:     map[uint64]request{},
+		perEpoch:     map[uint64]int{},
+	}
+}
+
+// Publish queues a message for topic and returns its result at once. It
+// blocks only while MaxPending messages are unanswered, until ctx ends (the
+// result then fails with ctx's error); ctx has no other effect.
+func (p *Publisher) Publish(ctx context.Context, topic string, payload []byte, opts ...PublishOption) *PublishResult {
+	msg := newMessage(payload, opts)
+	if msg.DedupeId == "" {
+		msg.DedupeId = p.dedupePrefix + strconv.FormatUint(atomic.AddUint64(&p.dedupeSeq, 1), 36)
+	}
+	select {
+	case p.room <- struct{}{}:
+	case <-ctx.Done():
+		return failedResult(ctx.Err())
+	}
+	res := &PublishResult{done: make(chan struct{})}
+	size := proto.Size(msg)
+	m := &pending{msg: msg, size: size + protoSizeOverhead(size), res: res, since: time.Now()}
+
+	p.mu.Lock()
+	if p.closing {
+		p.mu.Unlock()
+		<-p.room
+		return failedResult(ErrClosed)
+	}
+	m.epoch = p.epoch
+	p.perEpoch[m.epoch]++
+	p.enqueue(p.queueFor(topic), m)
+	if !p.started {
+		p.started = true
+		go p.run()
+	}
+	p.mu.Unlock()
+	p.signal()
+	return res
+}
+
+// protoSizeOverhead is the tag and length prefix of an embedded message of size n.
+func protoSizeOverhead(n int) int {
+	k := 2
+	for n >= 0x80 {
+		n >>= 7
+		k++
+	}
+	return k
+}
+
+// Flush waits until every message published before it is answered (or
+// failed), or ctx ends. Linger does not delay the messages it waits for.
+func (p *Publisher) Flush(ctx context.Context) error {
+	p.mu.Lock()
+	w := flushWaiter{epoch: p.epoch, ch: make(chan struct{})}
+	p.epoch++
+	p.flushers = append(p.flushers, w)
+	p.wakeFlushers()
+	p.mu.Unlock()
+	p.signal()
+	select {
+	case <-w.ch:
+		return nil
+	case <-ctx.Done():
+		p.mu.Lock()
+		for i, f := range p.flushers {
+			if f.ch == w.ch {
+				p.flushers = append(p.flushers[:i], p.flushers[i+1:]...)
+				break
+			}
+		}
+		p.mu.Unlock()
+		return ctx.Err()
+	}
+}
+
+// Close flushes, then ends the stream. When ctx ends first, the stream is
+// cut and the messages still unanswered fail with ErrClosed (those that
+// reached the server may still be published). Publishing after Close fails.
+func (p *Publisher) Close(ctx context.Context) error {
+	p.mu.Lock()
+	p.closing = true
+	started := p.started
+	p.mu.Unlock()
+	err := p.Flush(ctx)
+	if err != nil {
+		p.cancel()
+	}
+	p.signal()
+	if started {
+		<-p.done
+	}
+	p.cancel()
+	return err
+}
+
+// Stats returns the counters so far.
+func (p *Publisher) Stats() PublisherStats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stats
+}
+
+func (p *Publisher) signal() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// queueFor returns topic's queue, made anew when it had none. Callers hold p.mu.
+func (p *Publisher) queueFor(topic string) *topicQueue {
+	q := p.topics[topic]
+	if q == nil {
+		q = &topicQueue{topic: topic}
+		p.topics[topic] = q
+	}
+	return q
+}
+
+// enqueue appends m to q and marks q ready. Callers hold p.mu.
+func (p *Publisher) enqueue(q *topicQueue, m *pending) {
+	q.msgs = append(q.msgs, m)
+	if !q.ready {
+		q.ready = true
+		p.ready = append(p.ready, q)
+	}
+}
+
+// requeue puts ms (in publish order) back at the front of their topic's
+// queue. Callers hold p.mu.
+func (p *Publisher) requeue(topic string, ms []*pending) {
+	q := p.queueFor(topic)
+	q.msgs = append(append(make([]*pending, 0, len(ms)+len(q.msgs)), ms...), q.msgs...)
+	if !q.ready {
+		q.ready = true
+		p.ready = append(p.ready, q)
+	}
+}
+
+// resolve answers m's result and frees its room. Callers hold p.mu.
+func (p *Publisher) resolve(m *pending, id string, dup bool, at time.Time, err error) {
+	m.res.id, m.res.duplicate, m.res.deliverAt, m.res.err = id, dup, at, err
+	close(m.res.done)
+	<-p.room
+	if p.perEpoch[m.epoch]--; p.perEpoch[m.epoch] == 0 {
+		delete(p.perEpoch, m.epoch)
+		p.wakeFlushers()
+	}
+}
+
+// wakeFlushers ends the Flush calls whose epochs are all answered. Callers
+// hold p.mu.
+func (p *Publisher) wakeFlushers() {
+	oldest := p.epoch // no unanswered message is older than this one
+	for e := range p.perEpoch {
+		if e < oldest {
+			oldest = e
+		}
+	}
+	kept := p.flushers[:0]
+	for _, f := range p.flushers {
+		if f.epoch < oldest {
+			close(f.ch)
+		} else {
+			kept = append(kept, f)
+		}
+	}
+	p.flushers = kept
+}
+
+// idle reports that nothing is queued or in flight. Callers hold p.mu.
+func (p *Publisher) idle() bool { return len(p.ready) == 0 && len(p.inflight) == 0 }
+
+// next cuts the next request to send, registering it in flight. With none
+// to send now, it returns how long until one may be (0: wait for a signal).
+func (p *Publisher) next() (*redqv1.PublishStreamRequest, time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.inflight) >= p.opts.MaxInFlight {
+		return nil, 0
+	}
+	now := time.Now()
+	hurry := p.closing || len(p.flushers) > 0
+	var wait time.Duration
+	later := func(d time.Duration) {
+		if wait == 0 || d < wait {
+			wait = d
+		}
+	}
+	for i, q := range p.ready {
+		if d := q.retryAt.Sub(now); d > 0 {
+			later(d)
+			continue
+		}
+		if p.opts.Linger > 0 && !hurry && !q.full(p.opts) {
+			if d := p.opts.Linger - now.Sub(q.msgs[0].since); d > 0 {
+				later(d)
+				continue
+			}
+		}
+		batch := q.cut(p.opts)
+		copy(p.ready[i:], p.ready[i+1:])
+		p.ready = p.ready[:len(p.ready)-1]
+		if len(q.msgs) > 0 {
+			p.ready = append(p.ready, q) // the other topics go first
+		} else if q.retries == 0 {
+			delete(p.topics, q.topic) // publishers of many topics keep no queue for each
+		} else {
+			q.ready = false
+		}
+		p.nextID++
+		p.inflight[p.nextID] = request{topic: q.topic, msgs: batch}
+		p.stats.Requests++
+		p.stats.Messages += uint64(len(batch))
+		req := &redqv1.PublishStreamRequest{RequestId: p.nextID, Topic: q.topic, Messages: make([]*redqv1.PublishMessage, len(batch))}
+		for j, m := range batch {
+			req.Messages[j] = m.msg
+		}
+		return req, 0
+	}
+	return nil, wait
+}
+
+// full reports whether q holds a whole request already.
+func (q *topicQueue) full(o PublisherOptions) bool {
+	if len(q.msgs) >= o.MaxMessages {
+		return true
+	}
+	n := 0
+	for _, m := range q.msgs {
+		if n += m.size; n >= o.MaxBytes {
+			return true
+		}
+	}
+	return false
+}
+
+// cut takes the messages of the next request off the front of q: at most
+// MaxMessages and MaxBytes (at least one), a message marked alone by itself.
+func (q *topicQueue) cut(o PublisherOptions) []*pending {
+	n, bytes := 0, len(q.topic)+16
+	for n < len(q.msgs) && n < o.MaxMessages {
+		m := q.msgs[n]
+		if n > 0 && (m.alone || bytes+m.size > o.MaxBytes) {
+			break
+		}
+		n++
+		bytes += m.size
+		if m.alone {
+			break
+		}
+	}
+	batch := q.msgs[:n:n]
+	q.msgs = q.msgs[n:]
+	return batch
+}
+
+// run keeps a stream open while there is something to send, until Close.
+func (p *Publisher) run() {
+	defer close(p.done)
+	defer p.failAll(ErrClosed) // whatever is left when Close gave up
+	failures := 0
+	for opened := false; ; opened = true {
+		// Wait for something to send before (re)opening a stream.
+		for {
+			p.mu.Lock()
+			idle, closing := p.idle(), p.closing
+			p.mu.Unlock()
+			if idle && closing {
+				return
+			}
+			if !idle {
+				break
+			}
+			select {
+			case <-p.wake:
+			case <-p.ctx.Done():
+				return
+			}
+		}
+		if opened {
+			p.mu.Lock()
+			p.stats.Reconnects++
+			p.mu.Unlock()
+		}
+		progress, err := p.serve()
+		if err == nil || p.ctx.Err() != nil {
+			return
+		}
+		if progress {
+			failures = 0
+		}
+		failures++
+		p.streamBroken(err)
+		if !sleep(p.ctx, p.opts.Backoff.delay(failures)) {
+			return
+		}
+	}
+}
+
+// serve sends and receives on one stream. It returns nil once Close's flush
+// is done and the stream ended cleanly, else the error that broke it;
+// progress tells whether any request was answered on it.
+func (p *Publisher) serve() (progress bool, err error) {
+	ctx, cancel := context.WithCancel(p.ctx)
+	defer cancel()
+	stream, err := p.c.queue.PublishStream(ctx)
+	if err != nil {
+		return false, err
+	}
+	var answered int32
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			resp, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			atomic.StoreInt32(&answered, 1)
+			p.complete(resp)
+		}
+	}()
+	streamErr := func(err error) error {
+		if err == io.EOF {
+			p.mu.Lock()
+			clean := p.closing && p.idle()
+			p.mu.Unlock()
+			if clean {
+				return nil
+			}
+			err = status.Error(codes.Unavailable, "redq: publish stream ended by the server")
+		}
+		return err
+	}
+
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		req, wait := p.next()
+		if req != nil {
+			if err := stream.Send(req); err != nil {
+				// The stream is gone; Recv says why.
+				return atomic.LoadInt32(&answered) == 1, streamErr(<-recvErr)
+			}
+			continue
+		}
+		p.mu.Lock()
+		finished := p.closing && p.idle()
+		p.mu.Unlock()
+		if finished {
+			stream.CloseSend()
+			return true, streamErr(<-recvErr)
+		}
+		var tick <-chan time.Time
+		if wait > 0 {
+			timer.Reset(wait)
+			tick = timer.C
+		}
+		select {
+		case <-p.wake:
+		case <-tick:
+		case err := <-recvErr:
+			return atomic.LoadInt32(&answered) == 1, streamErr(err)
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+		if tick != nil && !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+	}
+}
+
+// complete handles the answer to one request.
+func (p *Publisher) complete(resp *redqv1.PublishStreamResponse) {
+	defer p.signal() // a request slot is free
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	req, ok := p.inflight[resp.RequestId]
+	if !ok {
+		return // not ours (a server bug); nothing waits for it
+	}
+	delete(p.inflight, resp.RequestId)
+	topic, batch := req.topic, req.msgs
+	q := p.queueFor(topic)
+	if st := resp.Status; st != nil && codes.Code(st.Code) != codes.OK {
+		err := status.ErrorProto(st)
+		switch {
+		case codes.Code(st.Code) == codes.Unavailable:
+			p.stats.Retries++
+			q.retries++
+			q.retryAt = time.Now().Add(p.opts.Backoff.delay(q.retries))
+			p.retry(topic, batch, err)
+		case codes.Code(st.Code) == codes.InvalidArgument && len(batch) > 1:
+			// Nothing of the request was published: a bad message may have
+			// failed its good neighbours. Find the culprit(s).
+			for _, m := range batch {
+				m.alone = true
+			}
+			p.requeue(topic, batch)
+		default:
+			for _, m := range batch {
+				p.resolve(m, "", false, time.Time{}, err)
+			}
+		}
+		return
+	}
+	q.retries = 0
+	if len(resp.MessageIds) != len(batch) {
+		err := status.Errorf(codes.Internal, "redq: publish answered %d ids for %d messages", len(resp.MessageIds), len(batch))
+		for _, m := range batch {
+			p.resolve(m, "", false, time.Time{}, err)
+		}
+		return
+	}
+	for i, m := range batch {
+		var at time.Time
+		if i < len(resp.DeliverAt) {
+			at = resp.DeliverAt[i].AsTime()
+		}
+		p.resolve(m, resp.MessageIds[i], i < len(resp.Duplicates) && resp.Duplicates[i], at, nil)
+	}
+}
+
+// retry requeues the messages of batch that are still within RetryTimeout
+// and fails the others with err. Callers hold p.mu.
+func (p *Publisher) retry(topic string, batch []*pending, err error) {
+	kept := batch[:0:0]
+	for _, m := range batch {
+		if time.Since(m.since) > p.opts.RetryTimeout {
+			p.resolve(m, "", false, time.Time{}, err)
+			continue
+		}
+		kept = append(kept, m)
+	}
+	if len(kept) > 0 {
+		p.requeue(topic, kept)
+	}
+}
+
+// streamBroken requeues every unanswered request, oldest first, to be sent
+// again on the next stream; a stream error that no retry can cure fails them.
+func (p *Publisher) streamBroken(err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ids := make([]uint64, 0, len(p.inflight))
+	for id := range p.inflight {
+		ids = append(ids, id)
+	}
+	// Requeueing at the front, newest first, leaves the oldest in front.
+	sort.Slice(ids, func(i, j int) bool { return ids[i] > ids[j] })
+	for _, id := range ids {
+		req := p.inflight[id]
+		delete(p.inflight, id)
+		if !retryable(err) {
+			for _, m := range req.msgs {
+				p.resolve(m, "", false, time.Time{}, err)
+			}
+			continue
+		}
+		p.stats.Retries++
+		p.retry(req.topic, req.msgs, err)
+	}
+}
+
+// failAll fails every unanswered message with err.
+func (p *Publisher) failAll(err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for id, req := range p.inflight {
+		delete(p.inflight, id)
+		for _, m := range req.msgs {
+			p.resolve(m, "", false, time.Time{}, err)
+		}
+	}
+	for _, q := range p.ready {
+		for _, m := range q.msgs {
+			p.resolve(m, "", false, time.Time{}, err)
+		}
+		q.msgs, q.ready = nil, false
+	}
+	p.ready = nil
+}
