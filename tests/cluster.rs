@@ -237,3 +237,166 @@ async fn kill_9_of_a_master_with_replicated_durability_loses_nothing_acknowledge
         "acknowledged publishes lost under --durability replicated"
     );
 }
+
+#[tokio::test]
+async fn a_shard_that_is_down_fails_its_topics_only() {
+    let mut cluster = RedisCluster::start();
+    let server = TestServer::start(&cluster.url(), &[]).await;
+    server.wait_serving().await;
+    let mut client = server.client().await;
+    let registry = cluster.master_of("redq:topics");
+    let topics = topic_per_master(&cluster);
+    let (down, up): (Vec<String>, Vec<String>) = {
+        let mut down = Vec::new();
+        let mut up = Vec::new();
+        for topic in topics {
+            let master = cluster.master_of(&format!("redq:{{{topic}}}:stream"));
+            if master != registry && down.is_empty() {
+                down.push(topic);
+            } else {
+                up.push(topic);
+            }
+        }
+        (down, up)
+    };
+    for topic in down.iter().chain(&up) {
+        publish(&mut client, topic, ["before"]).await;
+    }
+    // The whole shard goes: its master and its replica.
+    let master = cluster.master_of(&format!("redq:{{{}}}:stream", down[0]));
+    let replica = cluster.replicas_of(master)[0];
+    cluster.kill9(cluster.index_of(replica));
+    cluster.kill9(cluster.index_of(master));
+    let answer = try_publish_messages(&mut client, &down[0], vec![message("lost shard")]).await;
+    assert_eq!(answer.unwrap_err().code(), Code::Unavailable);
+    for topic in &up {
+        try_publish_messages(&mut client, topic, vec![message("still served")])
+            .await
+            .unwrap_or_else(|s| panic!("{topic} on a healthy shard: {s:?}"));
+    }
+    assert_eq!(
+        server.health_status("").await.unwrap(),
+        tonic_health::pb::health_check_response::ServingStatus::Serving,
+        "the registry's shard is up: the server keeps serving"
+    );
+}
+
+#[tokio::test]
+async fn a_hint_from_one_replica_wakes_a_stream_on_another() {
+    let cluster = RedisCluster::start();
+    let a = TestServer::start(&cluster.url(), &[]).await;
+    let b = TestServer::start(&cluster.url(), &[]).await;
+    a.wait_serving().await;
+    b.wait_serving().await;
+    let (mut on_a, mut on_b) = (a.client().await, b.client().await);
+    let topic = &topic_per_master(&cluster)[0];
+    let mut stream = subscribe(
+        &mut on_a,
+        topic,
+        "s",
+        Sub::deadline(Duration::from_secs(60)),
+    )
+    .await;
+    publish(&mut on_b, topic, ["m"]).await;
+    let first = expect_messages(&mut stream, 1).await.remove(0);
+    // Nacked through the other replica: its hint wakes the stream on this one,
+    // which otherwise would look again only after its 5 s safety net.
+    let nacked_at = std::time::Instant::now();
+    nack_after(&mut on_b, topic, "s", vec![first.ack_id], Duration::ZERO)
+        .await
+        .unwrap();
+    let again = next_messages(&mut stream, 1, Duration::from_secs(4)).await;
+    assert_eq!(again.len(), 1, "no redelivery within 4 s of the nack");
+    println!(
+        "cluster hint: redelivered {:?} after a nack on the other replica",
+        nacked_at.elapsed()
+    );
+}
+
+/// The node id of the master on `port`.
+fn node_id(port: u16) -> String {
+    cli(port, &["CLUSTER", "MYID"]).trim().to_owned()
+}
+
+/// Moves `slots` slots from the master on `from` to the one on `to`, with
+/// redis-cli (MIGRATE of every key, ASK redirections meanwhile).
+async fn reshard(cluster: &RedisCluster, from: u16, to: u16, slots: usize) {
+    cluster.wait_agreed();
+    let (from_id, to_id) = (node_id(from), node_id(to));
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("redis-cli")
+            .args(["--cluster", "reshard", &format!("127.0.0.1:{from}")])
+            .args(["--cluster-from", &from_id, "--cluster-to", &to_id])
+            .args(["--cluster-slots", &slots.to_string(), "--cluster-yes"])
+            .output()
+            .expect("redis-cli --cluster reshard")
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let tail: Vec<&str> = stdout.lines().rev().take(8).collect();
+    assert!(
+        out.status.success(),
+        "reshard failed: {}\n{}",
+        tail.into_iter().rev().collect::<Vec<_>>().join("\n"),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test]
+async fn resharding_a_master_away_and_back_under_load_loses_and_duplicates_nothing() {
+    let cluster = RedisCluster::start();
+    let server = TestServer::start(&cluster.url(), &[]).await;
+    server.wait_serving().await;
+    let mut client = server.client().await;
+    let topics = topic_per_master(&cluster);
+    let moved = &topics[0];
+    let from = cluster.master_of(&format!("redq:{{{moved}}}:stream"));
+    let to = cluster
+        .masters()
+        .into_iter()
+        .map(|(port, _)| port)
+        .find(|&p| p != from)
+        .unwrap();
+    let slots: usize = cluster
+        .masters()
+        .into_iter()
+        .find(|(port, _)| *port == from)
+        .map(|(_, ranges)| ranges.iter().map(|(a, b)| (b - a + 1) as usize).sum())
+        .unwrap();
+    let original = publish_messages(&mut client, moved, vec![deduped_message("once", "d-1")]).await;
+    let scheduled = schedule(&mut client, moved, message("due later"), Due::in_ms(4_000)).await;
+    let load = Load::start(&server, &topics).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    reshard(&cluster, from, to, slots).await;
+    assert_eq!(cluster.master_of(&format!("redq:{{{moved}}}:stream")), to);
+    let again = publish_messages(&mut client, moved, vec![deduped_message("once", "d-1")]).await;
+    assert_eq!(again.duplicates, [true], "dedupe after the move");
+    assert_eq!(again.message_ids, original.message_ids);
+    reshard(&cluster, to, from, slots).await;
+    assert_eq!(cluster.master_of(&format!("redq:{{{moved}}}:stream")), from);
+
+    // The scheduled message is promoted by whichever master owns it then.
+    let deadline = std::time::Instant::now() + EVENTUALLY;
+    while !load.was_delivered(&scheduled.message_id) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the scheduled message was not delivered after the reshard"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let duplicated_entries = load.duplicated_entries();
+    let (published, failed, lost, duplicates) = load.finish().await;
+    println!(
+        "cluster reshard of {slots} slots away and back under load: {published} publishes acknowledged, \
+         {failed} failed (retryable), {lost} lost, {duplicated_entries} stream entries written twice, \
+         {duplicates} deliveries beyond the first"
+    );
+    assert_eq!(lost, 0, "publishes lost in a reshard");
+    assert_eq!(
+        duplicated_entries, 0,
+        "stream entries written twice in a reshard"
+    );
+}

@@ -93,8 +93,15 @@ fn shared_connection(backend: &Backend) -> redis::RedisResult<Connection> {
     })
 }
 
+/// The health probe: a read of the topic registry's key, not a PING, so that
+/// on a cluster it asks the master of the registry's slot. The server is
+/// NOT_SERVING only while that slot is unreachable; a topic whose shard is
+/// down fails its own calls with UNAVAILABLE, and the others keep serving.
 async fn ping(mut connection: impl ConnectionLike) -> Result<()> {
-    let _: String = redis::cmd("PING").query_async(&mut connection).await?;
+    let _: i64 = redis::cmd("EXISTS")
+        .arg(keys::TOPICS)
+        .query_async(&mut connection)
+        .await?;
     Ok(())
 }
 

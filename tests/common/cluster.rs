@@ -173,6 +173,30 @@ impl RedisCluster {
         }
     }
 
+    /// Waits (bounded) until every node agrees about which master owns
+    /// which slot (redis-cli refuses to reshard before that).
+    pub fn wait_agreed(&self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let out = Command::new("redis-cli")
+                .args([
+                    "--cluster",
+                    "check",
+                    &format!("127.0.0.1:{}", self.any_port()),
+                ])
+                .output()
+                .expect("redis-cli --cluster check");
+            let text = String::from_utf8_lossy(&out.stdout);
+            if text.contains("All nodes agree about slots configuration")
+                && !text.contains("[WARNING]")
+            {
+                return;
+            }
+            assert!(Instant::now() < deadline, "the nodes did not agree: {text}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
     /// `redis+cluster://` URL naming every node as a seed.
     pub fn url(&self) -> String {
         let seeds: Vec<String> = self

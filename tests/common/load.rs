@@ -16,6 +16,8 @@ pub struct Load {
     /// Longest time between two acknowledged publishes of one publisher.
     longest_gap: Arc<Mutex<Duration>>,
     delivered: Arc<Mutex<HashMap<String, usize>>>,
+    /// Message ids seen per payload: more than one is a duplicated stream entry.
+    ids_by_payload: Arc<Mutex<HashMap<bytes::Bytes, HashSet<String>>>>,
     running: Arc<std::sync::atomic::AtomicBool>,
     publishers: Vec<tokio::task::JoinHandle<()>>,
     consumers: Vec<tokio::task::JoinHandle<()>>,
@@ -28,6 +30,7 @@ impl Load {
             failed: Arc::default(),
             longest_gap: Arc::default(),
             delivered: Arc::default(),
+            ids_by_payload: Arc::default(),
             running: Arc::new(std::sync::atomic::AtomicBool::new(true)),
             publishers: Vec::new(),
             consumers: Vec::new(),
@@ -37,6 +40,7 @@ impl Load {
             let options = || Sub::deadline(Duration::from_secs(5));
             let mut stream = subscribe(&mut client, topic, "s", options()).await;
             let delivered = load.delivered.clone();
+            let ids_by_payload = load.ids_by_payload.clone();
             let topic = topic.clone();
             load.consumers.push(tokio::spawn(async move {
                 loop {
@@ -44,6 +48,13 @@ impl Load {
                         Ok(Some(response)) => {
                             for m in &response.messages {
                                 *delivered.lock().unwrap().entry(id_of(m)).or_default() += 1;
+                                let payload = m.message.as_ref().unwrap().payload.clone();
+                                ids_by_payload
+                                    .lock()
+                                    .unwrap()
+                                    .entry(payload)
+                                    .or_default()
+                                    .insert(id_of(m));
                             }
                             // A failed ack only means a redelivery, counted as a duplicate.
                             let _ =
@@ -94,6 +105,18 @@ impl Load {
     /// delivered, and returns (published, failed publishes, lost, duplicates).
     pub async fn finish(self) -> (usize, u64, usize, usize) {
         self.finish_with_gap().await.0
+    }
+
+    /// Whether a message with this id reached a consumer.
+    pub fn was_delivered(&self, id: &str) -> bool {
+        self.delivered.lock().unwrap().contains_key(id)
+    }
+
+    /// Payloads (each published once) that arrived under more than one
+    /// message id: stream entries written twice.
+    pub fn duplicated_entries(&self) -> usize {
+        let ids = self.ids_by_payload.lock().unwrap();
+        ids.values().filter(|ids| ids.len() > 1).count()
     }
 
     /// Like [`Self::finish`], with the longest time a publisher waited
