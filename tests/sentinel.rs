@@ -3,6 +3,8 @@
 //! replicated` nothing acknowledged is lost.
 
 #![allow(clippy::needless_update)]
+// The tests run on two runtime threads: the harness waits for the cluster by
+// polling it (blocking), and the load must go on meanwhile.
 
 mod common;
 
@@ -12,7 +14,7 @@ use common::load::Load;
 use common::sentinel::SentinelSetup;
 use common::*;
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sentinel_failover_under_load_loses_nothing_acknowledged() {
     let sentinels = SentinelSetup::start();
     let server = TestServer::start(

@@ -106,19 +106,18 @@ async fn ping(mut connection: impl ConnectionLike) -> Result<()> {
 }
 
 /// A connection for background loops and admin calls: from the pool when
-/// standalone (returned on drop), the background cluster connection on a cluster.
+/// standalone (returned on drop); the multiplexed background connection on a
+/// cluster or behind Sentinel.
 pub enum PooledConnection<'a> {
     Pooled(bb8::PooledConnection<'a, RedisConnectionManager>),
-    Cluster(ClusterConnection),
-    Sentinel(SentinelConnection),
+    Multiplexed(Connection),
 }
 
 impl ConnectionLike for PooledConnection<'_> {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             PooledConnection::Pooled(conn) => conn.req_packed_command(cmd),
-            PooledConnection::Cluster(conn) => conn.req_packed_command(cmd),
-            PooledConnection::Sentinel(conn) => conn.req_packed_command(cmd),
+            PooledConnection::Multiplexed(conn) => conn.req_packed_command(cmd),
         }
     }
 
@@ -130,16 +129,16 @@ impl ConnectionLike for PooledConnection<'_> {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             PooledConnection::Pooled(conn) => conn.req_packed_commands(pipeline, offset, count),
-            PooledConnection::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
-            PooledConnection::Sentinel(conn) => conn.req_packed_commands(pipeline, offset, count),
+            PooledConnection::Multiplexed(conn) => {
+                conn.req_packed_commands(pipeline, offset, count)
+            }
         }
     }
 
     fn get_db(&self) -> i64 {
         match self {
             PooledConnection::Pooled(conn) => conn.get_db(),
-            PooledConnection::Cluster(conn) => conn.get_db(),
-            PooledConnection::Sentinel(conn) => conn.get_db(),
+            PooledConnection::Multiplexed(conn) => conn.get_db(),
         }
     }
 }
@@ -250,8 +249,12 @@ impl Store {
     pub(crate) async fn connection(&self) -> Result<PooledConnection<'_>> {
         Ok(match &self.backend {
             Backend::Standalone { pool, .. } => PooledConnection::Pooled(pool.get().await?),
-            Backend::Cluster { background, .. } => PooledConnection::Cluster(background.clone()),
-            Backend::Sentinel { background, .. } => PooledConnection::Sentinel(background.clone()),
+            Backend::Cluster { background, .. } => {
+                PooledConnection::Multiplexed(Connection::Cluster(background.clone()))
+            }
+            Backend::Sentinel { background, .. } => {
+                PooledConnection::Multiplexed(Connection::Sentinel(background.clone()))
+            }
         })
     }
 

@@ -173,6 +173,20 @@ impl RedisCluster {
         }
     }
 
+    /// Waits (bounded) until the node on `port` is a master (a failover
+    /// promoted it).
+    pub fn wait_master(&self, port: u16) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !cli(port, &["ROLE"]).starts_with("master") {
+            assert!(
+                Instant::now() < deadline,
+                "{port} did not take over\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// Waits (bounded) until every node agrees about which master owns
     /// which slot (redis-cli refuses to reshard before that).
     pub fn wait_agreed(&self) {
