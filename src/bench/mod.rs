@@ -21,17 +21,10 @@ pub async fn run(mut args: BenchArgs) -> Result<(), BoxError> {
         args.spread = args.spread.min(Duration::from_secs(1));
     }
     let client = cli::queue_client(cli::connect(&args.server).await?);
-    let redis =
-        redis::Client::open(args.redis_url.as_str()).map_err(|e| format!("--redis-url: {e}"))?;
-    let conn = redis
-        .get_multiplexed_async_connection()
+    // Any topology; the URL is not printed in errors (it may hold a password).
+    let conn = crate::store::connection::connect(&args.redis_url)
         .await
-        .map_err(|e| {
-            format!(
-                "cannot reach Redis at {} (--redis-url): {e}",
-                args.redis_url
-            )
-        })?;
+        .map_err(|e| format!("cannot reach Redis (--redis-url): {e}"))?;
     let scenario = args.scenario;
     let wants = |s: BenchScenario| scenario == s || scenario == BenchScenario::All;
     println!(
@@ -48,10 +41,7 @@ pub async fn run(mut args: BenchArgs) -> Result<(), BoxError> {
     }
     if wants(BenchScenario::PublishUnary) {
         let redq = throughput::publish_unary(&client, &args).await?;
-        rows.push((
-            redq,
-            Some(throughput::raw_publish_unary(&redis, &args).await?),
-        ));
+        rows.push((redq, Some(throughput::raw_publish_unary(&args).await?)));
     }
     if wants(BenchScenario::Consume) {
         rows.push((throughput::consume(&client, &args).await?, None));

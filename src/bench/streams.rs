@@ -9,11 +9,11 @@ use crate::config::BenchArgs;
 use crate::pb;
 use crate::pb::queue_service_client::QueueServiceClient;
 use crate::server::BoxError;
+use crate::store::connection::Connection;
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::rt::TokioExecutor;
-use redis::aio::MultiplexedConnection;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tonic::transport::Channel;
@@ -45,10 +45,7 @@ pub struct Load {
 
 /// Runs the load with one stream per topic, then with `per_topic` streams per
 /// topic; returns both.
-pub async fn run(
-    args: &BenchArgs,
-    redis: &MultiplexedConnection,
-) -> Result<(Load, Load), BoxError> {
+pub async fn run(args: &BenchArgs, redis: &Connection) -> Result<(Load, Load), BoxError> {
     let (topics, per_topic, load_for) = if args.quick {
         (2, 10, Duration::from_secs(1))
     } else {
@@ -68,7 +65,7 @@ pub async fn run(
 
 async fn load(
     args: &BenchArgs,
-    redis: &MultiplexedConnection,
+    redis: &Connection,
     topics: usize,
     per_topic: usize,
     load_for: Duration,
@@ -189,14 +186,26 @@ async fn receive(
     }
 }
 
-async fn connected_clients(redis: &MultiplexedConnection) -> Result<i64, BoxError> {
-    let info: String = redis::cmd("INFO")
-        .arg("clients")
-        .query_async(&mut redis.clone())
-        .await?;
-    info.lines()
-        .find_map(|l| l.strip_prefix("connected_clients:")?.trim().parse().ok())
-        .ok_or_else(|| "no connected_clients in INFO clients".into())
+/// Clients connected to Redis (to all masters of a cluster).
+async fn connected_clients(redis: &Connection) -> Result<i64, BoxError> {
+    let mut clients = 0;
+    for info in redis
+        .clone()
+        .on_every_master(redis::cmd("INFO").arg("clients"))
+        .await?
+    {
+        let info: String = redis::from_redis_value(info).map_err(|_| "INFO clients is not text")?;
+        clients += info
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("connected_clients:")?
+                    .trim()
+                    .parse::<i64>()
+                    .ok()
+            })
+            .ok_or("no connected_clients in INFO clients")?;
+    }
+    Ok(clients)
 }
 
 /// The server's `process_resident_memory_bytes`, scraped from its /metrics;

@@ -9,8 +9,8 @@ use crate::config::BenchArgs;
 use crate::pb;
 use crate::pb::queue_service_client::QueueServiceClient;
 use crate::server::BoxError;
+use crate::store::connection::{self, Connection};
 use bytes::Bytes;
-use redis::aio::MultiplexedConnection;
 use std::time::{Duration, Instant};
 use tonic::transport::Channel;
 
@@ -93,10 +93,7 @@ pub async fn publish_batch(client: &Client, args: &BenchArgs) -> Result<Row, Box
 }
 
 /// Raw Redis: XADD pipelined 64 at a time.
-pub async fn raw_publish_batch(
-    conn: &MultiplexedConnection,
-    args: &BenchArgs,
-) -> Result<Row, BoxError> {
+pub async fn raw_publish_batch(conn: &Connection, args: &BenchArgs) -> Result<Row, BoxError> {
     let key = format!("redq-bench:raw:{}", fresh_topic("xadd"));
     let payload = payload(args);
     let mut conn = conn.clone();
@@ -175,12 +172,12 @@ pub async fn publish_unary(client: &Client, args: &BenchArgs) -> Result<Row, Box
 }
 
 /// Raw Redis: XADD without pipelining from `IN_FLIGHT` tasks, a connection each.
-pub async fn raw_publish_unary(client: &redis::Client, args: &BenchArgs) -> Result<Row, BoxError> {
+pub async fn raw_publish_unary(args: &BenchArgs) -> Result<Row, BoxError> {
     let key = format!("redq-bench:raw:{}", fresh_topic("xadd"));
     let payload = payload(args);
     let mut conns = Vec::new();
     for _ in 0..IN_FLIGHT {
-        conns.push(client.get_multiplexed_async_connection().await?);
+        conns.push(connection::connect(&args.redis_url).await?);
     }
     let started = Instant::now();
     let tasks: Vec<_> = conns
@@ -216,7 +213,7 @@ pub async fn raw_publish_unary(client: &redis::Client, args: &BenchArgs) -> Resu
         started.elapsed(),
         &mut latencies,
     );
-    let mut conn = client.get_multiplexed_async_connection().await?;
+    let mut conn = connection::connect(&args.redis_url).await?;
     let _: () = redis::cmd("DEL").arg(&key).query_async(&mut conn).await?;
     Ok(row)
 }
@@ -327,10 +324,7 @@ pub async fn end_to_end(client: &Client, args: &BenchArgs) -> Result<Row, BoxErr
 }
 
 /// Raw Redis round trip (PING), the floor of any latency above.
-pub async fn raw_round_trip(
-    conn: &MultiplexedConnection,
-    args: &BenchArgs,
-) -> Result<Row, BoxError> {
+pub async fn raw_round_trip(conn: &Connection, args: &BenchArgs) -> Result<Row, BoxError> {
     let mut conn = conn.clone();
     let n = args.count.min(20_000);
     let mut latencies = Vec::with_capacity(n);
@@ -352,19 +346,25 @@ pub async fn raw_round_trip(
 /// scheduled message, against a raw stream of the same payloads.
 pub async fn memory(
     client: &Client,
-    conn: &MultiplexedConnection,
+    conn: &Connection,
     args: &BenchArgs,
 ) -> Result<Vec<Row>, BoxError> {
     let mut conn = conn.clone();
-    let used = |mut conn: MultiplexedConnection| async move {
-        let info: String = redis::cmd("INFO")
-            .arg("memory")
-            .query_async(&mut conn)
-            .await?;
-        let used = info
-            .lines()
-            .find_map(|l| l.strip_prefix("used_memory:")?.trim().parse::<f64>().ok())
-            .unwrap_or(0.0);
+    // Summed over the masters of a cluster.
+    let used = |mut conn: Connection| async move {
+        let mut used = 0.0;
+        for info in conn
+            .on_every_master(redis::cmd("INFO").arg("memory"))
+            .await?
+        {
+            let info: String = redis::from_redis_value(info).map_err(|_| {
+                redis::RedisError::from((redis::ErrorKind::Client, "INFO is not text"))
+            })?;
+            used += info
+                .lines()
+                .find_map(|l| l.strip_prefix("used_memory:")?.trim().parse::<f64>().ok())
+                .unwrap_or(0.0);
+        }
         Ok::<_, redis::RedisError>(used)
     };
     let payload = payload(args);

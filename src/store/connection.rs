@@ -361,6 +361,32 @@ impl Connection {
     }
 }
 
+/// A connection of its own to the Redis at `url`, of any topology, connected
+/// now: for tools (`redq bench`'s raw-Redis baselines), not the server.
+pub async fn connect(url: &str) -> RedisResult<Connection> {
+    let invalid = |why: String| {
+        redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, "bad URL", why))
+    };
+    Ok(match Topology::parse(url).map_err(invalid)? {
+        Topology::Standalone(url) => Connection::Dedicated(
+            redis::Client::open(url.as_str())?
+                .get_multiplexed_async_connection()
+                .await?,
+        ),
+        Topology::Cluster(seeds) => {
+            Connection::Cluster(cluster_client(&seeds)?.get_async_connection().await?)
+        }
+        Topology::Sentinel(target) => {
+            let mut connection = SentinelConnection::new(
+                Arc::new(SentinelConnector::new(&target)?),
+                Duration::from_secs(5),
+            );
+            let _: String = redis::cmd("PING").query_async(&mut connection).await?;
+            Connection::Sentinel(connection)
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
