@@ -1,30 +1,38 @@
 #!/usr/bin/env python3
-"""Example redq client in Python (grpcio).
-
-The stubs are generated from ../../proto with grpcio-tools each time this
-script starts, into a temporary directory; nothing generated is kept.
+"""Example redq client in Python, on the redq library of this folder (redq/).
 
     python client.py                       # the demo: every step, checked
     python client.py publish TOPIC PAYLOAD [PAYLOAD...] [--attr KEY=VALUE]
 
-The server address comes from REDQ_ADDR (default 127.0.0.1:50051).
+It runs straight from the repository: when the redq package is not installed,
+it imports the one beside this file, which generates its gRPC stubs from
+../../proto into a cache on first use (that needs grpcio-tools:
+pip install -r clients/python/requirements.txt).
+
+The server address comes from REDQ_ADDR (default 127.0.0.1:50051). The last
+line printed starts with OK: or FAIL: (then the exit status is 1).
 """
 
 import argparse
-import atexit
 import os
 import queue
-import shutil
 import sys
-import tempfile
-import threading
 import time
 import uuid
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-PROTO_DIR = os.path.normpath(os.path.join(HERE, "..", "..", "proto"))
+try:
+    import redq
+except ImportError:
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    try:
+        import redq
+    except ImportError as err:
+        sys.exit(f"FAIL: python client: cannot import redq ({err}); pip install -r clients/python/requirements.txt")
+
+import grpc  # noqa: E402 (after the import above, which explains a missing grpcio)
+
 ADDR = os.environ.get("REDQ_ADDR", "127.0.0.1:50051")
-RPC_TIMEOUT = 5.0  # seconds, for each unary call
+CALL_TIMEOUT = 5.0  # seconds: to connect, and for each call
 RECEIVE_TIMEOUT = 15.0  # seconds, for the whole receive phase of the demo
 
 
@@ -32,165 +40,97 @@ class StepFailed(Exception):
     pass
 
 
-def generate_stubs():
-    """Compiles queue.proto into a temporary directory and imports it."""
-    try:
-        import grpc  # noqa: F401
-        import grpc_tools
-        from grpc_tools import protoc
-    except ImportError:
-        sys.exit("FAIL: grpcio and grpcio-tools are missing: pip install -r clients/python/requirements.txt")
-    out = tempfile.mkdtemp(prefix="redq-py-stubs-")
-    atexit.register(shutil.rmtree, out, ignore_errors=True)
-    # grpcio-tools ships google/protobuf/*.proto (Duration, Timestamp) in _proto.
-    well_known = os.path.join(os.path.dirname(grpc_tools.__file__), "_proto")
-    rc = protoc.main([
-        "grpc_tools.protoc",
-        f"-I{PROTO_DIR}",
-        f"-I{well_known}",
-        f"--python_out={out}",
-        f"--grpc_python_out={out}",
-        os.path.join(PROTO_DIR, "redq", "v1", "queue.proto"),
-    ])
-    if rc != 0:
-        sys.exit(f"FAIL: protoc could not compile {PROTO_DIR}/redq/v1/queue.proto (exit {rc})")
-    sys.path.insert(0, out)
-    from redq.v1 import queue_pb2, queue_pb2_grpc
-    return queue_pb2, queue_pb2_grpc
+def fmt(dt):
+    return dt.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-pb, pb_grpc = generate_stubs()
-import grpc  # noqa: E402  (after the check above, which explains a missing grpcio)
-from google.protobuf.duration_pb2 import Duration  # noqa: E402
-
-
-def fmt_ts(ts):
-    return ts.ToDatetime().isoformat(timespec="milliseconds") + "Z"
-
-
-def ts_seconds(ts):
-    return ts.seconds + ts.nanos / 1e9
-
-
-def connect():
+def check_server():
     channel = grpc.insecure_channel(ADDR)
     try:
-        grpc.channel_ready_future(channel).result(timeout=RPC_TIMEOUT)
+        grpc.channel_ready_future(channel).result(timeout=CALL_TIMEOUT)
     except grpc.FutureTimeoutError:
-        raise StepFailed(f"could not connect to redq at {ADDR} within {RPC_TIMEOUT:.0f}s (set REDQ_ADDR?)")
-    return channel, pb_grpc.QueueServiceStub(channel)
+        raise StepFailed(f"could not connect to redq at {ADDR} within {CALL_TIMEOUT:.0f}s (set REDQ_ADDR?)")
+    finally:
+        channel.close()
 
 
 def demo():
     topic = f"demo-python-{uuid.uuid4().hex[:12]}"
     subscription = "demo"
-    channel, stub = connect()
+    check_server()
     print(f"python client: server {ADDR}, topic {topic}")
+    with redq.Publisher(ADDR) as publisher, redq.Client(ADDR, timeout=CALL_TIMEOUT) as client, \
+            redq.Subscriber(ADDR) as subscriber:
+        # 1. Publish three messages: the publisher sends them as one batch.
+        batch = [f"batch-{i}" for i in (1, 2, 3)]
+        futures = [publisher.publish(topic, p, attributes={"lang": "python", "n": str(i)})
+                   for i, p in enumerate(batch, 1)]
+        ids = [f.result(CALL_TIMEOUT) for f in futures]
+        print(f"published batch of 3: ids {ids} ({publisher.stats.requests} request)")
 
-    # 1. Publish a batch of three messages.
-    batch = [f"batch-{i}" for i in (1, 2, 3)]
-    resp = stub.Publish(pb.PublishRequest(topic=topic, messages=[
-        pb.PublishMessage(payload=p.encode(), attributes={"lang": "python", "n": str(i)})
-        for i, p in enumerate(batch, 1)
-    ]), timeout=RPC_TIMEOUT)
-    if len(resp.message_ids) != 3:
-        raise StepFailed(f"Publish returned {len(resp.message_ids)} ids, expected 3")
-    print(f"published batch of 3: ids {list(resp.message_ids)}")
+        # 2. Schedule one message for one second from now.
+        scheduled = client.schedule(topic, "delayed", delay=1, attributes={"lang": "python"})
+        print(f"scheduled 'delayed' (delay 1s): id {scheduled.message_id}, deliver_at {fmt(scheduled.deliver_at)}")
 
-    # 2. Schedule one message for one second from now.
-    sched = stub.ScheduleDelayed(pb.ScheduleDelayedRequest(
-        topic=topic,
-        message=pb.PublishMessage(payload=b"delayed", attributes={"lang": "python"}),
-        delay=Duration(seconds=1),
-    ), timeout=RPC_TIMEOUT)
-    delayed_id = sched.message_id
-    print(f"scheduled 'delayed' (delay 1s): id {delayed_id}, deliver_at {fmt_ts(sched.deliver_at)}")
+        # 3. Subscribe. The handler (in the subscriber's thread pool) decides and
+        #    reports to this thread, which checks with a deadline.
+        inbox = queue.Queue()
+        nacked = []  # when batch-2 was nacked
 
-    # 3. Subscribe. The stream is read by a thread into a queue, so that the
-    #    main thread can wait on it with a deadline.
-    call = stub.Subscribe(pb.SubscribeRequest(
-        topic=topic,
-        subscription=subscription,
-        consumer="python-demo",
-        max_outstanding_messages=10,
-        ack_deadline=Duration(seconds=10),
-        start=pb.START_POSITION_EARLIEST,
-    ))
-    inbox = queue.Queue()
+        def handler(message):
+            name = message.payload.decode(errors="replace")
+            if name == "batch-2" and not nacked:
+                nacked.append(time.time())
+                message.nack(0)  # an explicit zero delay: redeliver now
+                inbox.put((time.time(), message, "nack (delay 0s)"))
+            else:
+                message.ack()
+                inbox.put((time.time(), message, "ack"))
 
-    def reader():
-        try:
-            for response in call:
-                for received in response.messages:
-                    inbox.put((time.time(), received))
-            inbox.put((time.time(), StepFailed("the Subscribe stream ended")))
-        except grpc.RpcError as err:
-            if err.code() != grpc.StatusCode.CANCELLED:
-                inbox.put((time.time(), StepFailed(f"Subscribe failed: {err.code().name}: {err.details()}")))
+        sub = subscriber.subscribe(topic, subscription, handler, consumer="python-demo", max_outstanding=10,
+                                   concurrency=1, ack_deadline=10, start="earliest")
+        print(f"subscribed: subscription {subscription}, ack deadline 10s")
 
-    threading.Thread(target=reader, daemon=True).start()
-    print(f"subscribed: subscription {subscription}, ack deadline 10s")
-
-    def ack(received):
-        stub.Ack(pb.AckRequest(topic=topic, subscription=subscription, ack_ids=[received.ack_id]),
-                 timeout=RPC_TIMEOUT)
-
-    # 4. Ack every message, except the first delivery of batch-2: nack it with
-    #    zero delay, receive it again (attempt 2) and ack it then.
-    acked = set()
-    nacked = None  # when batch-2 was nacked
-    deadline = time.monotonic() + RECEIVE_TIMEOUT
-    try:
+        # 4. Everything acked, batch-2 after a nack and a redelivery as attempt 2.
+        acked = set()
+        deadline = time.monotonic() + RECEIVE_TIMEOUT
         while len(acked) < 4:
-            remaining = deadline - time.monotonic()
             try:
-                arrival, item = inbox.get(timeout=max(remaining, 0))
+                arrival, message, verdict = inbox.get(timeout=max(deadline - time.monotonic(), 0))
             except queue.Empty:
                 waiting = sorted(set(batch + ["delayed"]) - acked)
                 raise StepFailed(f"timed out after {RECEIVE_TIMEOUT:.0f}s waiting for {waiting}")
-            if isinstance(item, Exception):
-                raise item
-            msg, attempt = item.message, item.delivery_attempt
-            name = msg.payload.decode(errors="replace")
-            where = f"{name} (id {msg.id}, attempt {attempt})"
+            name, attempt = message.payload.decode(errors="replace"), message.delivery_attempt
+            where = f"{name} (id {message.id}, attempt {attempt})"
             if name in acked:
                 raise StepFailed(f"received {where} again after it was acked")
-            if name == "batch-2" and nacked is None:
+            if verdict.startswith("nack"):
                 if attempt != 1:
                     raise StepFailed(f"received {where}, expected attempt 1")
-                nack = pb.NackRequest(topic=topic, subscription=subscription, ack_ids=[item.ack_id])
-                nack.delay.SetInParent()  # an explicit zero delay: redeliver now
-                nacked = time.time()
-                stub.Nack(nack, timeout=RPC_TIMEOUT)
-                print(f"received {where} -> nack (delay 0s)")
+                print(f"received {where} -> {verdict}")
                 continue
             if name == "batch-2":
                 if attempt != 2:
                     raise StepFailed(f"received {where} after the nack, expected attempt 2")
-                ack(item)
-                acked.add(name)
-                print(f"received {where} {(arrival - nacked) * 1000:.0f} ms after the nack -> ack")
+                print(f"received {where} {(arrival - nacked[0]) * 1000:.0f} ms after the nack -> ack")
             elif name in batch:
                 if attempt != 1:
                     raise StepFailed(f"received {where}, expected attempt 1")
-                ack(item)
-                acked.add(name)
+                if message.attributes.get("lang") != "python":
+                    raise StepFailed(f"received {where} with attributes {message.attributes}")
                 print(f"received {where} -> ack")
             elif name == "delayed":
-                if msg.id != delayed_id:
-                    raise StepFailed(f"received {where}, expected id {delayed_id}")
-                due = ts_seconds(msg.deliver_at)
+                if message.id != scheduled.message_id:
+                    raise StepFailed(f"received {where}, expected id {scheduled.message_id}")
+                due = message.deliver_at.timestamp()
                 if arrival < due:
-                    raise StepFailed(f"received {where} {due - arrival:.3f}s before its deliver_at {fmt_ts(msg.deliver_at)}")
-                ack(item)
-                acked.add(name)
+                    raise StepFailed(f"received {where} {due - arrival:.3f}s before its deliver_at")
                 print(f"received {where} at +{(arrival - due) * 1000:.0f} ms after its deliver_at "
-                      f"{fmt_ts(msg.deliver_at)} (not early) -> ack")
+                      f"{fmt(message.deliver_at)} (not early) -> ack")
             else:
                 raise StepFailed(f"received unexpected message {where}")
-    finally:
-        call.cancel()
-        channel.close()
+            acked.add(name)
+        sub.close()  # sends the last acks before the stream ends
     print("OK: python client: published 3, scheduled 1, acked 4, nacked 1 and got it back as attempt 2, "
           "delayed message not early")
 
@@ -202,15 +142,12 @@ def publish(args):
         if not sep:
             raise StepFailed(f"--attr {kv!r}: expected KEY=VALUE")
         attributes[key] = value
-    channel, stub = connect()
-    try:
-        resp = stub.Publish(pb.PublishRequest(topic=args.topic, messages=[
-            pb.PublishMessage(payload=p.encode(), attributes=attributes) for p in args.payload
-        ]), timeout=RPC_TIMEOUT)
-    finally:
-        channel.close()
-    for payload, message_id in zip(args.payload, resp.message_ids):
-        print(f"published {payload!r} to {args.topic}: id {message_id}")
+    check_server()
+    with redq.Publisher(ADDR) as publisher:
+        futures = [publisher.publish(args.topic, p, attributes=attributes) for p in args.payload]
+        for payload, future in zip(args.payload, futures):
+            print(f"published {payload!r} to {args.topic}: id {future.result(CALL_TIMEOUT)}")
+    print(f"OK: python client: published {len(args.payload)} message(s) to {args.topic}")
 
 
 def main():
@@ -229,8 +166,10 @@ def main():
             demo()
     except StepFailed as err:
         sys.exit(f"FAIL: python client: {err}")
-    except grpc.RpcError as err:
-        sys.exit(f"FAIL: python client: {err.code().name}: {err.details()}")
+    except redq.RedqError as err:
+        sys.exit(f"FAIL: python client: {err}")
+    except TimeoutError as err:
+        sys.exit(f"FAIL: python client: timed out: {err}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,28 @@
+"""redq's Python client library.
+
+Synchronous API (this module): Publisher (publish() returns a
+concurrent.futures.Future), Subscriber (handlers in a thread pool), Client
+(schedule, cancel, reschedule, admin). The same in asyncio: redq.aio.
+Failures raise RedqError, which carries the gRPC status code.
+
+    import redq
+    with redq.Publisher() as publisher:           # $REDQ_ADDR, else 127.0.0.1:50051
+        print(publisher.publish("orders", b"hello").result())
+
+The generated stubs are importable as redq.queue_pb2, redq.admin_pb2 (and
+their *_grpc modules).
+"""
+
+__version__ = "0.1.0"
+
+from ._common import RedqError
+from ._proto import admin_pb2, admin_pb2_grpc, queue_pb2, queue_pb2_grpc
+from ._sync import Client, Publisher, Subscriber, Subscription
+from ._unary import RescheduleResult, ScheduleResult
+from .aio._publisher import PublisherStats
+from .aio._subscriber import Message, SubscriptionStats
+from . import aio  # noqa: E402,F401
+
+__all__ = ["Client", "Message", "Publisher", "PublisherStats", "RedqError", "RescheduleResult", "ScheduleResult",
+           "Subscriber", "Subscription", "SubscriptionStats", "aio", "admin_pb2", "admin_pb2_grpc", "queue_pb2",
+           "queue_pb2_grpc"]

@@ -1,0 +1,130 @@
+"""What both APIs share: the error type, time conversions and retry backoff."""
+
+import datetime
+import os
+import random
+
+import grpc
+from google.protobuf.duration_pb2 import Duration
+from google.protobuf.timestamp_pb2 import Timestamp
+
+DEFAULT_TARGET = "127.0.0.1:50051"
+
+_CODES = {code.value[0]: code for code in grpc.StatusCode}
+
+
+def default_target():
+    """The server address: $REDQ_ADDR (host:port), else redq dev's 127.0.0.1:50051."""
+    return os.environ.get("REDQ_ADDR") or DEFAULT_TARGET
+
+
+class RedqError(Exception):
+    """A failed call or request: `code` is the grpc.StatusCode, `message` the server's text."""
+
+    def __init__(self, code, message=""):
+        super().__init__(f"{code.name}: {message}" if message else code.name)
+        self.code = code
+        self.message = message
+
+    @classmethod
+    def from_rpc_error(cls, err):
+        code = err.code() if callable(getattr(err, "code", None)) else grpc.StatusCode.UNKNOWN
+        details = err.details() if callable(getattr(err, "details", None)) else str(err)
+        return cls(code or grpc.StatusCode.UNKNOWN, details or "")
+
+    @classmethod
+    def from_status(cls, status):
+        """From a google.rpc.Status (PublishStreamResponse.status)."""
+        return cls(_CODES.get(status.code, grpc.StatusCode.UNKNOWN), status.message)
+
+
+def to_duration(value):
+    """A Duration from seconds (int or float) or a datetime.timedelta."""
+    if isinstance(value, datetime.timedelta):
+        value = value.total_seconds()
+    if value < 0:
+        raise ValueError(f"a duration must not be negative, got {value!r}")
+    seconds = int(value)
+    return Duration(seconds=seconds, nanos=int(round((value - seconds) * 1e9)))
+
+
+def to_timestamp(value):
+    """A Timestamp from a datetime (naive means UTC) or seconds since the epoch."""
+    if isinstance(value, datetime.datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=datetime.timezone.utc)
+        value = value.timestamp()
+    seconds = int(value // 1)
+    return Timestamp(seconds=seconds, nanos=int(round((value - seconds) * 1e9)))
+
+
+def from_timestamp(ts):
+    """A timezone-aware UTC datetime from a Timestamp (None when unset)."""
+    if not ts.seconds and not ts.nanos:
+        return None
+    return datetime.datetime.fromtimestamp(ts.seconds + ts.nanos / 1e9, tz=datetime.timezone.utc)
+
+
+def timing_fields(delay, deliver_at):
+    """The delay / deliver_at fields of a PublishMessage or a schedule request, as kwargs."""
+    if delay is not None and deliver_at is not None:
+        raise ValueError("give delay or deliver_at, not both")
+    if delay is not None:
+        return {"delay": to_duration(delay)}
+    if deliver_at is not None:
+        return {"deliver_at": to_timestamp(deliver_at)}
+    return {}
+
+
+def as_payload(payload):
+    """Bytes of a payload; str is encoded as UTF-8. The server refuses empty payloads."""
+    if isinstance(payload, str):
+        payload = payload.encode()
+    elif not isinstance(payload, bytes):
+        payload = bytes(payload)
+    if not payload:
+        raise ValueError("payload must not be empty")
+    return payload
+
+
+class Backoff:
+    """Exponential backoff with full jitter; reset() after a success."""
+
+    def __init__(self, initial=0.1, maximum=5.0, multiplier=2.0):
+        self.initial, self.maximum, self.multiplier = initial, maximum, multiplier
+        self._next = initial
+
+    def reset(self):
+        self._next = self.initial
+
+    def next(self):
+        delay = self._next
+        self._next = min(self._next * self.multiplier, self.maximum)
+        return random.uniform(delay / 2, delay)
+
+
+def backoff_delay(attempt, initial=0.1, maximum=5.0):
+    """The jittered delay before retry number `attempt` (1, 2, ...) of one request."""
+    delay = min(initial * 2 ** (attempt - 1), maximum)
+    return random.uniform(delay / 2, delay)
+
+
+# Stream-level failures after which a client reopens its stream. Anything else
+# (UNIMPLEMENTED, INVALID_ARGUMENT, PERMISSION_DENIED…) is final.
+RETRYABLE_STREAM_CODES = frozenset({
+    grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.UNKNOWN,
+    grpc.StatusCode.INTERNAL,
+    grpc.StatusCode.ABORTED,
+    grpc.StatusCode.DEADLINE_EXCEEDED,
+    grpc.StatusCode.RESOURCE_EXHAUSTED,
+    grpc.StatusCode.CANCELLED,
+})
+
+
+def channel_options(extra=None):
+    """Channel options of every redq channel: no receive limit, since the server
+    bounds its responses itself (a SubscribeResponse may carry several 1 MiB messages)."""
+    options = {"grpc.max_receive_message_length": -1}
+    options.update(dict(extra or ()))
+    return list(options.items())

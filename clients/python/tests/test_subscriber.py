@@ -1,0 +1,148 @@
+"""redq.aio.Subscriber against a live redq: acks, nacks, failing handlers, lease extension, graceful close."""
+
+import asyncio
+import unittest
+
+import grpc
+
+import support
+
+import redq
+import redq.aio
+
+# Retry backoff of the subscriptions these tests create: redelivery after a nack without delay is quick.
+FAST_RETRY = (0.05, 0.2)
+
+
+class SubscriberTest(unittest.IsolatedAsyncioTestCase):
+    async def asyncSetUp(self):
+        self.addr = support.address()
+        self.client = redq.aio.Client(self.addr)
+        self.subscriber = redq.aio.Subscriber(self.addr)
+
+    async def asyncTearDown(self):
+        await self.subscriber.close()
+        await self.client.close()
+
+    async def publish(self, topic, payloads):
+        async with redq.aio.Publisher(self.addr) as publisher:
+            return await publisher.publish_batch(topic, payloads)
+
+    async def subscription_stats(self, topic, name):
+        return (await self.client.admin.GetSubscription(topic=topic, name=name)).stats
+
+    async def test_returning_acks(self):
+        topic = support.topic("ack")
+        ids = await self.publish(topic, [b"a", b"b", b"c"])
+        seen = []
+
+        async def handler(message):
+            seen.append((message.id, message.payload, message.delivery_attempt))
+        sub = self.subscriber.subscribe(topic, "s", handler, max_outstanding=10)
+        await support.eventually(lambda: len(seen) >= 3)
+        await sub.close()
+        self.assertEqual(seen, [(i, p, 1) for i, p in zip(ids, [b"a", b"b", b"c"])])
+        self.assertEqual(sub.stats.acked, 3)
+        stats = await self.subscription_stats(topic, "s")
+        self.assertEqual(stats.pending, 0)
+        self.assertEqual(stats.acked_count, 3)
+
+    async def test_nack_redelivers_with_attempt_2(self):
+        topic = support.topic("nack")
+        [message_id] = await self.publish(topic, [b"again"])
+        attempts = []
+
+        def handler(message):  # a plain function works too
+            attempts.append(message.delivery_attempt)
+            if message.delivery_attempt == 1:
+                message.nack(0)  # explicit, zero delay: back at once
+        sub = self.subscriber.subscribe(topic, "s", handler)
+        await support.eventually(lambda: len(attempts) >= 2)
+        await sub.close()
+        self.assertEqual(attempts, [1, 2])
+        self.assertEqual(sub.stats.nacked, 1)
+        self.assertEqual((await self.subscription_stats(topic, "s")).acked_count, 1)
+
+    async def test_raising_nacks(self):
+        topic = support.topic("raise")
+        await self.publish(topic, [b"boom"])
+        attempts = []
+
+        async def handler(message):
+            attempts.append(message.delivery_attempt)
+            if message.delivery_attempt == 1:
+                raise RuntimeError("handler failure (expected by the test)")
+        with self.assertLogs("redq", "ERROR"):
+            sub = self.subscriber.subscribe(topic, "s", handler, retry_policy=FAST_RETRY)
+            await support.eventually(lambda: len(attempts) >= 2)
+        await sub.close()
+        self.assertEqual(attempts, [1, 2])
+        self.assertEqual(sub.stats.handler_errors, 1)
+        self.assertEqual((await self.subscription_stats(topic, "s")).pending, 0)
+
+    async def test_lease_is_extended_while_the_handler_runs(self):
+        topic = support.topic("lease")
+        await self.publish(topic, [b"slow"])
+        deliveries = []
+        done = asyncio.Event()
+
+        async def handler(message):
+            deliveries.append(message.delivery_attempt)
+            await asyncio.sleep(3.5)  # well past the 1 s ack deadline
+            done.set()
+        sub = self.subscriber.subscribe(topic, "s", handler, ack_deadline=1.0, retry_policy=FAST_RETRY,
+                                        concurrency=4)
+        await asyncio.wait_for(done.wait(), 10)
+        await sub.close()
+        self.assertEqual(deliveries, [1])  # never redelivered meanwhile
+        self.assertGreaterEqual(sub.stats.extended, 3)
+        stats = await self.subscription_stats(topic, "s")
+        self.assertEqual((stats.pending, stats.acked_count), (0, 1))
+
+    async def test_graceful_close_waits_for_handlers_and_acks(self):
+        topic = support.topic("close")
+        await self.publish(topic, [b"m%d" % i for i in range(20)])
+        started, finished = [], []
+
+        async def handler(message):
+            started.append(message.payload)
+            await asyncio.sleep(0.3)
+            finished.append(message.payload)
+        sub = self.subscriber.subscribe(topic, "s", handler, max_outstanding=5, concurrency=3)
+        await support.eventually(lambda: len(started) >= 3)
+        await sub.close()
+        self.assertTrue(sub.closed)
+        self.assertEqual(sorted(started), sorted(finished))  # nothing cut short
+        count = len(finished)
+        self.assertLess(count, 20)
+        stats = await self.subscription_stats(topic, "s")
+        self.assertEqual(stats.acked_count, count)
+        # What was not handled was given back: another subscriber gets the rest at once.
+        rest = []
+        other = self.subscriber.subscribe(topic, "s", lambda m: rest.append(m.payload), max_outstanding=20)
+        await support.eventually(lambda: len(rest) >= 20 - count)
+        await other.close()
+        self.assertEqual(sorted(rest + finished), sorted(b"m%d" % i for i in range(20)))
+
+    async def test_bad_request_fails_the_subscription(self):
+        with self.assertLogs("redq", "ERROR"):
+            sub = self.subscriber.subscribe("bad topic!", "s", lambda m: None)
+            with self.assertRaises(redq.RedqError) as caught:
+                await asyncio.wait_for(sub.wait(), 10)
+        self.assertEqual(caught.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+
+    async def test_many_messages_with_small_outstanding(self):
+        topic = support.topic("many")
+        await self.publish(topic, [b"%d" % i for i in range(3000)])
+        got = set()
+        sub = self.subscriber.subscribe(topic, "s", lambda m: got.add(m.payload), max_outstanding=50)
+        await support.eventually(lambda: len(got) >= 3000, timeout=20)
+        await sub.close()
+        self.assertEqual(len(got), 3000)
+        self.assertLess(sub.stats.requests, 3000)  # acks went batched, not one request each
+        stats = await self.subscription_stats(topic, "s")
+        self.assertEqual((stats.pending, stats.acked_count), (0, 3000))
+
+
+if __name__ == "__main__":
+    unittest.main()
