@@ -287,6 +287,14 @@ async fn confirmations_say_what_was_applied() {
     let confirmation = stream.confirmation().await;
     assert_eq!(confirmation.lost_ids, [a]);
     assert_eq!(confirmation.nacked_ids, [b]);
+    // A confirmation with no ids: an empty one, after what was sent before.
+    stream
+        .send(pb::StreamingSubscribeRequest {
+            confirm: true,
+            ..Default::default()
+        })
+        .await;
+    assert_eq!(stream.confirmation().await, pb::AckConfirmation::default());
 }
 
 #[tokio::test]

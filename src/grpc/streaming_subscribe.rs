@@ -92,8 +92,10 @@ impl Batch {
             + self.modifies.values().map(Vec::len).sum::<usize>()
     }
 
+    /// Nothing to apply, and no confirmation asked for (a request with
+    /// `confirm` and no ids still gets one: a barrier for the client).
     fn is_empty(&self) -> bool {
-        self.ids() == 0 && self.confirmation.invalid_ids.is_empty()
+        self.ids() == 0 && self.confirmation.invalid_ids.is_empty() && !self.confirm
     }
 }
 
@@ -104,7 +106,7 @@ impl Requests {
         mut inbound: Streaming<pb::StreamingSubscribeRequest>,
     ) {
         let mut batch = Batch::default();
-        let mut applying: Option<BoxFuture<'static, Result<pb::AckConfirmation>>> = None;
+        let mut applying: Option<BoxFuture<'static, Result<Option<pb::AckConfirmation>>>> = None;
         let mut open = true;
         if let Err(err) = self.take(first, &mut batch) {
             self.end(err).await;
@@ -135,14 +137,13 @@ impl Requests {
                 applied = async { applying.as_mut().expect("guarded").await }, if applying.is_some() => {
                     applying = None;
                     match applied {
-                        Ok(confirmation) => {
-                            if confirmation != pb::AckConfirmation::default() {
-                                let response = pb::SubscribeResponse {
-                                    messages: Vec::new(),
-                                    confirmation: Some(confirmation),
-                                };
-                                let _ = self.confirmations.send(Ok(response)).await;
-                            }
+                        Ok(None) => {}
+                        Ok(Some(confirmation)) => {
+                            let response = pb::SubscribeResponse {
+                                messages: Vec::new(),
+                                confirmation: Some(confirmation),
+                            };
+                            let _ = self.confirmations.send(Ok(response)).await;
                         }
                         Err(err) => {
                             self.end(err).await;
@@ -239,8 +240,8 @@ fn parse(ids: Vec<String>, batch: &mut Batch, confirm: bool) -> Vec<AckId> {
 }
 
 /// Applies a batch: one ack call, one nack call per delay, one extension per
-/// deadline. Returns the confirmation (empty unless asked for).
-async fn apply(broker: Broker, stream: Lease, batch: Batch) -> Result<pb::AckConfirmation> {
+/// deadline. Returns the confirmation, when one was asked for.
+async fn apply(broker: Broker, stream: Lease, batch: Batch) -> Result<Option<pb::AckConfirmation>> {
     let Lease {
         topic,
         subscription,
@@ -296,10 +297,7 @@ async fn apply(broker: Broker, stream: Lease, batch: Batch) -> Result<pb::AckCon
             );
         }
     }
-    if !confirm {
-        confirmation = pb::AckConfirmation::default();
-    }
-    Ok(confirmation)
+    Ok(confirm.then_some(confirmation))
 }
 
 /// The ack ids a lease call found lost; other errors end the stream.
