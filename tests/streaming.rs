@@ -408,3 +408,55 @@ async fn closing_the_request_side_ends_the_stream_and_keeps_unacked_messages() {
     let again = expect_messages(&mut other, 1).await;
     assert_eq!(again[0].delivery_attempt, 2);
 }
+
+#[tokio::test]
+async fn a_stream_closed_right_after_its_acks_leaves_nothing_stuck() {
+    let (_redis, _server, mut client) = start().await;
+    for round in 0..5 {
+        let topic = format!("closing-{round}");
+        publish(&mut client, &topic, payloads("m", 5)).await;
+        let mut stream = SubStream::open(
+            &mut client,
+            &topic,
+            "s",
+            Sub::deadline(Duration::from_secs(60)).max_outstanding(1),
+        )
+        .await;
+        let first = stream.messages(1, EVENTUALLY).await;
+        // The ack frees room for the next delivery; the client half-closes at
+        // once and reads the stream to its end.
+        stream
+            .send(pb::StreamingSubscribeRequest {
+                ack_ids: ack_ids_of(&first),
+                ..Default::default()
+            })
+            .await;
+        drop(stream.requests);
+        let mut got_after_close = 0;
+        loop {
+            match tokio::time::timeout(EVENTUALLY, stream.responses.message())
+                .await
+                .expect("the stream ends")
+            {
+                Ok(Some(response)) => got_after_close += response.messages.len(),
+                Ok(None) => break,
+                Err(status) => panic!("round {round}: {status:?}"),
+            }
+        }
+        // The others go to the next stream at once, as first attempts; only
+        // what reached the closed stream's client (sent before the server
+        // read the close) waits for its deadline.
+        let mut next = subscribe(&mut client, &topic, "s", Sub::default()).await;
+        let expected = 4 - got_after_close;
+        let rest = next_messages(&mut next, expected, Duration::from_secs(5)).await;
+        assert_eq!(
+            rest.len(),
+            expected,
+            "round {round}: a delivery stayed with the closed stream"
+        );
+        assert!(
+            rest.iter().all(|m| m.delivery_attempt == 1),
+            "round {round}"
+        );
+    }
+}

@@ -22,6 +22,9 @@ use tokio_util::sync::CancellationToken;
 const FETCH_LIMIT: u32 = 500;
 /// Upper bound on a response, well under gRPC's usual 4 MiB receive limit.
 const MAX_RESPONSE_BYTES: usize = 3 * 1024 * 1024;
+/// Longest wait, when a stream ends, for the response stream to let go of
+/// the batches it did not send.
+const UNSENT_WAIT: Duration = Duration::from_secs(2);
 /// Shortest wait for a timer: due timers left over are settled in batches.
 const MIN_WAIT: Duration = Duration::from_millis(5);
 
@@ -77,9 +80,15 @@ impl FlowControl {
         self.changed.notify_one();
     }
 
-    /// Ends the stream: what it holds stays pending and is redelivered.
+    /// Ends the stream: what it fetched and did not send is given back; what
+    /// its client holds stays pending and is redelivered after its deadline.
     pub fn stop(&self) {
         self.stop.cancel();
+    }
+
+    /// Resolves once the stream is told to stop (or the server shuts down).
+    pub fn stopped(&self) -> tokio_util::sync::WaitForCancellationFutureOwned {
+        self.stop.clone().cancelled_owned()
     }
 }
 
@@ -258,6 +267,9 @@ impl DeliveryLoop {
         if broker.shutdown.is_cancelled() {
             let _ = self.sender.try_send(Err(Error::ShuttingDown));
         }
+        // Batches still in the channel record themselves as unsent when the
+        // response stream drops them; wait (briefly) for that.
+        let _ = tokio::time::timeout(UNSENT_WAIT, self.sender.closed()).await;
         self.return_unsent(&keys, held).await;
         match broker
             .store

@@ -44,6 +44,9 @@ pub async fn serve(
         subscription: options.subscription.clone(),
     };
     let subscription = broker.subscribe(options).await?;
+    // Deliveries end when the stream is stopped; batches not sent by then are
+    // given back (see DeliveryBatch).
+    let stopped = subscription.control.stopped();
     let (confirmations, confirmed) = mpsc::channel(4);
     let requests = Requests {
         broker,
@@ -53,7 +56,9 @@ pub async fn serve(
         confirmations,
     };
     tokio::spawn(requests.run(first, inbound));
-    let deliveries = ReceiverStream::new(subscription.deliveries).map(convert::deliveries);
+    let deliveries =
+        futures::StreamExt::take_until(ReceiverStream::new(subscription.deliveries), stopped)
+            .map(convert::deliveries);
     Ok(Box::pin(deliveries.merge(ReceiverStream::new(confirmed))))
 }
 
@@ -131,8 +136,12 @@ impl Requests {
                             return;
                         }
                     }
-                    // The client is done: apply what it sent, then end the stream.
-                    Ok(None) | Err(_) => open = false,
+                    // The client is done: no more deliveries (what was fetched
+                    // and not sent is given back), apply what it sent, end.
+                    Ok(None) | Err(_) => {
+                        open = false;
+                        self.control.stop();
+                    }
                 },
                 applied = async { applying.as_mut().expect("guarded").await }, if applying.is_some() => {
                     applying = None;
