@@ -1,195 +1,165 @@
 #!/usr/bin/env node
-// Example redq client in Node.js (@grpc/grpc-js).
+// Example redq client in Node.js, on the redq library of this folder
+// (index.js): the demo publishes a batch, schedules a message, subscribes,
+// acks, nacks one message and gets it back, and checks every step.
 //
-// The service definition is loaded from ../../proto at run time by
-// @grpc/proto-loader; nothing is generated ahead of time.
+//   npm ci && node client.js                     # the demo
+//   node client.js publish TOPIC PAYLOAD [PAYLOAD...] [--attr KEY=VALUE ...]
 //
-//   npm ci && node client.js     # the demo: every step, checked
-//
-// The server address comes from REDQ_ADDR (default 127.0.0.1:50051).
-'use strict';
+// The server address comes from REDQ_ADDR (default 127.0.0.1:50051). The
+// demo ends with a line starting `OK:`, or `FAIL:` and exit status 1.
 
-const path = require('node:path');
-const crypto = require('node:crypto');
-const { promisify } = require('node:util');
+import { randomBytes } from 'node:crypto';
 
-let grpc, protoLoader;
-try {
-  grpc = require('@grpc/grpc-js');
-  protoLoader = require('@grpc/proto-loader');
-} catch (err) {
-  console.error('FAIL: node client: @grpc/grpc-js or @grpc/proto-loader is missing: run `npm ci` in clients/node');
-  process.exit(1);
-}
-
-const PROTO_DIR = path.join(__dirname, '..', '..', 'proto');
 const ADDR = process.env.REDQ_ADDR || '127.0.0.1:50051';
-const RPC_TIMEOUT_MS = 5000; // for each unary call
+const CONNECT_TIMEOUT_MS = 5000;
 const RECEIVE_TIMEOUT_MS = 15000; // for the whole receive phase
 
 class StepFailed extends Error {}
 
-// proto-loader maps fields to camelCase (ackId, deliveryAttempt), 64-bit
-// integers to strings and bytes to Buffers; Duration and Timestamp are
-// built into protobufjs.
-const definition = protoLoader.loadSync(path.join('redq', 'v1', 'queue.proto'), {
-  includeDirs: [PROTO_DIR],
-  longs: String,
-  enums: String,
-  defaults: true,
-  oneofs: true,
-});
-const { QueueService } = grpc.loadPackageDefinition(definition).redq.v1;
-
-const deadline = () => new Date(Date.now() + RPC_TIMEOUT_MS);
-const tsMillis = (ts) => Number(ts.seconds) * 1000 + Math.floor(ts.nanos / 1e6);
-const fmtTs = (ts) => new Date(tsMillis(ts)).toISOString();
-
-function connect() {
-  const client = new QueueService(ADDR, grpc.credentials.createInsecure());
-  return new Promise((resolve, reject) => {
-    client.waitForReady(deadline(), (err) => {
-      if (err) {
-        client.close();
-        reject(new StepFailed(`could not connect to redq at ${ADDR} within ${RPC_TIMEOUT_MS / 1000}s (set REDQ_ADDR?)`));
-      } else {
-        resolve(client);
-      }
-    });
-  });
+let redq;
+try {
+  redq = await import('./index.js');
+} catch (err) {
+  console.error(`FAIL: node client: the library could not load (${err.message}): run \`npm ci\` in clients/node`);
+  process.exit(1);
 }
+const { connect, Publisher, Subscriber } = redq;
 
-// A unary call as a promise, with a deadline.
-function unary(client, method, request) {
-  return promisify(client[method].bind(client))(request, { deadline: deadline() });
+async function open() {
+  const client = connect(ADDR, { callTimeout: 5000 });
+  try {
+    await client.waitForReady(CONNECT_TIMEOUT_MS);
+  } catch {
+    client.close();
+    throw new StepFailed(`could not connect to redq at ${ADDR} within ${CONNECT_TIMEOUT_MS / 1000}s (set REDQ_ADDR?)`);
+  }
+  return client;
 }
 
 async function demo() {
-  const topic = `demo-node-${crypto.randomBytes(6).toString('hex')}`;
-  const subscription = 'demo';
-  const client = await connect();
+  const topic = `demo-node-${randomBytes(6).toString('hex')}`;
+  const client = await open();
+  const publisher = new Publisher(client);
+  const subscriber = new Subscriber(client);
   console.log(`node client: server ${ADDR}, topic ${topic}`);
-
-  let call;
   try {
-    // 1. Publish a batch of three messages.
+    // 1. Publish a batch of three messages: three publish() calls at once go
+    //    out as one request of the publisher's stream.
     const batch = ['batch-1', 'batch-2', 'batch-3'];
-    const published = await unary(client, 'Publish', {
-      topic,
-      messages: batch.map((p, i) => ({
-        payload: Buffer.from(p),
-        attributes: { lang: 'node', n: String(i + 1) },
-      })),
-    });
-    if (published.messageIds.length !== 3) {
-      throw new StepFailed(`Publish returned ${published.messageIds.length} ids, expected 3`);
-    }
-    console.log(`published batch of 3: ids ${JSON.stringify(published.messageIds)}`);
+    const ids = await Promise.all(batch.map((p, i) => publisher.publish(topic, p, { attributes: { lang: 'node', n: String(i + 1) } })));
+    if (publisher.stats.requests !== 1) throw new StepFailed(`the batch took ${publisher.stats.requests} requests, expected 1`);
+    console.log(`published batch of 3: ids ${JSON.stringify(ids)}`);
 
     // 2. Schedule one message for one second from now.
-    const scheduled = await unary(client, 'ScheduleDelayed', {
-      topic,
-      message: { payload: Buffer.from('delayed'), attributes: { lang: 'node' } },
-      delay: { seconds: 1, nanos: 0 },
-    });
-    const delayedId = scheduled.messageId;
-    console.log(`scheduled 'delayed' (delay 1s): id ${delayedId}, deliver_at ${fmtTs(scheduled.deliverAt)}`);
+    const scheduled = await client.schedule(topic, 'delayed', { delay: 1000, attributes: { lang: 'node' } });
+    console.log(`scheduled 'delayed' (delay 1s): id ${scheduled.id}, deliver_at ${scheduled.deliverAt.toISOString()}`);
 
-    // 3. Subscribe, then 4. ack every message, except the first delivery of
-    //    batch-2: nack it with zero delay, receive it again (attempt 2) and
-    //    ack it then.
-    call = client.Subscribe({
-      topic,
-      subscription,
-      consumer: 'node-demo',
-      maxOutstandingMessages: 10,
-      ackDeadline: { seconds: 10, nanos: 0 },
-      start: 'START_POSITION_EARLIEST',
-    });
-    console.log('subscribed: subscription demo, ack deadline 10s');
-
-    const ack = (received) =>
-      unary(client, 'Ack', { topic, subscription, ackIds: [received.ackId] });
-
+    // 3. Subscribe, then 4. ack every message (by returning from the
+    //    handler), except the first delivery of batch-2: nack it with zero
+    //    delay, receive it again (attempt 2) and ack it then.
     const acked = new Set();
-    let nackedAt = null; // when batch-2 was nacked
-
-    // Handles one delivery; resolves true once all four messages are acked.
-    async function handle(received, arrival) {
-      const msg = received.message;
-      const attempt = received.deliveryAttempt;
-      const name = msg.payload.toString();
-      const where = `${name} (id ${msg.id}, attempt ${attempt})`;
-      if (acked.has(name)) throw new StepFailed(`received ${where} again after it was acked`);
-      if (name === 'batch-2' && nackedAt === null) {
-        if (attempt !== 1) throw new StepFailed(`received ${where}, expected attempt 1`);
-        // An explicit zero delay: redeliver now (unset would mean the retry backoff).
-        nackedAt = Date.now();
-        await unary(client, 'Nack', { topic, subscription, ackIds: [received.ackId], delay: { seconds: 0, nanos: 0 } });
-        console.log(`received ${where} -> nack (delay 0s)`);
-      } else if (name === 'batch-2') {
-        if (attempt !== 2) throw new StepFailed(`received ${where} after the nack, expected attempt 2`);
-        await ack(received);
-        acked.add(name);
-        console.log(`received ${where} ${arrival - nackedAt} ms after the nack -> ack`);
-      } else if (batch.includes(name)) {
-        if (attempt !== 1) throw new StepFailed(`received ${where}, expected attempt 1`);
-        await ack(received);
-        acked.add(name);
-        console.log(`received ${where} -> ack`);
-      } else if (name === 'delayed') {
-        if (msg.id !== delayedId) throw new StepFailed(`received ${where}, expected id ${delayedId}`);
-        const due = tsMillis(msg.deliverAt);
-        if (arrival < due) {
-          throw new StepFailed(`received ${where} ${due - arrival} ms before its deliver_at ${fmtTs(msg.deliverAt)}`);
-        }
-        await ack(received);
-        acked.add(name);
-        console.log(`received ${where} at +${arrival - due} ms after its deliver_at ${fmtTs(msg.deliverAt)} (not early) -> ack`);
-      } else {
-        throw new StepFailed(`received unexpected message ${where}`);
-      }
-      return acked.size === 4;
-    }
-
+    let nackedAt = null;
     await new Promise((resolve, reject) => {
-      let finished = false;
-      const finish = (err) => {
-        if (finished) return;
-        finished = true;
-        clearTimeout(timer);
-        if (err) reject(err);
-        else resolve();
-      };
       const timer = setTimeout(() => {
         const waiting = [...batch, 'delayed'].filter((n) => !acked.has(n));
-        finish(new StepFailed(`timed out after ${RECEIVE_TIMEOUT_MS / 1000}s waiting for ${JSON.stringify(waiting)}`));
+        reject(new StepFailed(`timed out after ${RECEIVE_TIMEOUT_MS / 1000}s waiting for ${JSON.stringify(waiting)}`));
       }, RECEIVE_TIMEOUT_MS);
-      // Deliveries are handled one at a time, in order.
-      let chain = Promise.resolve();
-      call.on('data', (response) => {
+      const fail = (err) => {
+        clearTimeout(timer);
+        reject(err);
+      };
+      const handle = (m) => {
         const arrival = Date.now();
-        for (const received of response.messages) {
-          chain = chain
-            .then(() => (finished ? false : handle(received, arrival)))
-            .then((done) => done && finish())
-            .catch((err) => finish(err));
+        const name = m.payload.toString();
+        const where = `${name} (id ${m.id}, attempt ${m.deliveryAttempt})`;
+        if (acked.has(name)) throw new StepFailed(`received ${where} again after it was acked`);
+        if (name === 'batch-2' && nackedAt === null) {
+          if (m.deliveryAttempt !== 1) throw new StepFailed(`received ${where}, expected attempt 1`);
+          nackedAt = arrival;
+          m.nack(0); // an explicit zero delay: redeliver now (none would mean the retry backoff)
+          console.log(`received ${where} -> nack (delay 0s)`);
+          return;
         }
+        if (name === 'batch-2') {
+          if (m.deliveryAttempt !== 2) throw new StepFailed(`received ${where} after the nack, expected attempt 2`);
+          console.log(`received ${where} ${arrival - nackedAt} ms after the nack -> ack`);
+        } else if (batch.includes(name)) {
+          if (m.deliveryAttempt !== 1) throw new StepFailed(`received ${where}, expected attempt 1`);
+          if (m.attributes.lang !== 'node') throw new StepFailed(`received ${where} without its attributes`);
+          console.log(`received ${where} -> ack`);
+        } else if (name === 'delayed') {
+          if (m.id !== scheduled.id) throw new StepFailed(`received ${where}, expected id ${scheduled.id}`);
+          const due = m.deliverAt.getTime();
+          if (arrival < due) throw new StepFailed(`received ${where} ${due - arrival} ms before its deliver_at ${m.deliverAt.toISOString()}`);
+          console.log(`received ${where} at +${arrival - due} ms after its deliver_at ${m.deliverAt.toISOString()} (not early) -> ack`);
+        } else {
+          throw new StepFailed(`received unexpected message ${where}`);
+        }
+        acked.add(name);
+        if (acked.size === 4) {
+          clearTimeout(timer);
+          resolve();
+        }
+      };
+      const sub = subscriber.subscribe(topic, 'demo', handle, {
+        consumer: 'node-demo',
+        maxOutstanding: 10,
+        concurrency: 1, // one at a time, in order
+        ackDeadline: 10_000,
+        start: 'earliest',
+        // A failed check fails the demo (the handler's throw also nacks).
+        onError: (err, message) => (message ? fail(err) : console.log(`stream: ${err.message} (reconnecting)`)),
       });
-      call.on('error', (err) => {
-        if (err.code !== grpc.status.CANCELLED) finish(new StepFailed(`Subscribe failed: ${err.message}`));
-      });
-      call.on('end', () => finish(new StepFailed('the Subscribe stream ended')));
+      sub.closed.catch((err) => fail(new StepFailed(`StreamingSubscribe failed: ${err.message}`)));
+      console.log('subscribed: subscription demo, ack deadline 10s');
     });
+    // close() returns once the server has applied the last acks.
+    await subscriber.close();
+    const stats = (await client.admin.getSubscription({ topic, name: 'demo' })).stats;
+    if (stats.ackedCount !== 4) throw new StepFailed(`the subscription counts ${stats.ackedCount} acks, expected 4`);
   } finally {
-    if (call) call.cancel();
+    await subscriber.close();
+    await publisher.close();
     client.close();
   }
   console.log('OK: node client: published 3, scheduled 1, acked 4, nacked 1 and got it back as attempt 2, delayed message not early');
 }
 
-demo().catch((err) => {
-  const detail = err instanceof StepFailed ? err.message : `${err.code !== undefined ? `gRPC error: ` : ''}${err.message}`;
-  console.error(`FAIL: node client: ${detail}`);
-  process.exit(1);
-});
+// publish TOPIC PAYLOAD [PAYLOAD...] [--attr KEY=VALUE ...]
+async function publishCommand(args) {
+  const attributes = {};
+  const payloads = [];
+  for (let i = 0; i < args.length; i++) {
+    if (args[i] === '--attr') {
+      const kv = args[++i] ?? '';
+      const eq = kv.indexOf('=');
+      if (eq < 1) throw new StepFailed(`--attr wants KEY=VALUE, not ${JSON.stringify(kv)}`);
+      attributes[kv.slice(0, eq)] = kv.slice(eq + 1);
+    } else {
+      payloads.push(args[i]);
+    }
+  }
+  const [topic, ...bodies] = payloads;
+  if (!topic || bodies.length === 0) throw new StepFailed('usage: node client.js publish TOPIC PAYLOAD [PAYLOAD...] [--attr KEY=VALUE ...]');
+  const client = await open();
+  const publisher = new Publisher(client);
+  try {
+    const ids = await Promise.all(bodies.map((body) => publisher.publish(topic, body, { attributes })));
+    bodies.forEach((body, i) => console.log(`published '${body}' to ${topic}: id ${ids[i]}`));
+  } finally {
+    await publisher.close();
+    client.close();
+  }
+}
+
+const [command, ...args] = process.argv.slice(2);
+const run = command === 'publish' ? () => publishCommand(args) : demo;
+run().then(
+  () => process.exit(0),
+  (err) => {
+    const detail = err instanceof StepFailed ? err.message : `${err.code !== undefined ? 'gRPC error: ' : ''}${err.message}`;
+    console.error(`FAIL: node client: ${detail}`);
+    process.exit(1);
+  },
+);

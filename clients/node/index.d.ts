@@ -1,0 +1,339 @@
+// TypeScript declarations of the redq package (hand-written; the code is
+// plain JavaScript in index.js and lib/). Times are milliseconds: `delay`,
+// `ackDeadline`, backoffs; `deliverAt` is a Date or ms since the epoch.
+
+import type { ChannelCredentials, ChannelOptions, Client as GrpcClient, status as grpcStatus } from '@grpc/grpc-js';
+import type { PackageDefinition } from '@grpc/proto-loader';
+
+/** gRPC status codes (grpc-js' `status` enum). */
+export declare const status: typeof grpcStatus;
+
+/** Where the .proto files are loaded from: the repository's proto/ folder. */
+export declare const PROTO_DIR: string;
+
+/** The channel options every Client starts from (overridable with `channelOptions`). */
+export declare const DEFAULT_CHANNEL_OPTIONS: Readonly<ChannelOptions>;
+
+/** The proto-loader package definition of queue.proto, admin.proto and google/rpc/status.proto. */
+export declare function loadProtos(): { definition: PackageDefinition; v1: Record<string, any> };
+
+/** Bytes of a payload; a string is sent as UTF-8. */
+export type Payload = Buffer | Uint8Array | string;
+
+/** The error every call rejects with. */
+export declare class RedqError extends Error {
+  constructor(code: number, details: string, extra?: { cause?: unknown; metadata?: unknown });
+  /** Numeric gRPC status code, e.g. 3 (status.INVALID_ARGUMENT). */
+  readonly code: number;
+  /** Its name, e.g. 'INVALID_ARGUMENT'. */
+  readonly codeName: string;
+  /** The server's message alone, e.g. 'topic: must match …'. */
+  readonly details: string;
+  /** Trailing metadata of the call, when the error came from one. */
+  readonly metadata?: unknown;
+  static from(err: unknown): RedqError;
+}
+
+export interface ClientOptions {
+  /** Default: plaintext. */
+  credentials?: ChannelCredentials;
+  /** grpc-js channel options, over DEFAULT_CHANNEL_OPTIONS. */
+  channelOptions?: ChannelOptions;
+  /** Deadline of each unary call, ms (default 10000). */
+  callTimeout?: number;
+  /** Retries of schedule() on UNAVAILABLE (default 5). */
+  maxRetries?: number;
+}
+
+export interface ScheduleOptions {
+  /** Deliver after this many ms (give this or deliverAt). */
+  delay?: number;
+  /** Deliver at this time. */
+  deliverAt?: Date | number;
+  attributes?: Record<string, string>;
+  orderingKey?: string;
+  /** Default: an automatic one, so that retries cannot schedule twice. */
+  dedupeId?: string;
+}
+
+export interface ScheduleResult {
+  id: string;
+  deliverAt: Date;
+  duplicate: boolean;
+}
+
+/** Protobuf Duration / Timestamp as proto-loader gives them. */
+export interface ProtoTime {
+  seconds: number;
+  nanos: number;
+}
+
+/**
+ * AdminService with a promise per RPC. Requests and responses are the
+ * messages of proto/redq/v1/admin.proto in camelCase (64-bit numbers as
+ * numbers, enums as their names, Durations and Timestamps as {seconds, nanos}).
+ * `timeout` overrides the client's callTimeout (ms).
+ */
+export declare class AdminClient {
+  createTopic(request: { name: string; settings?: TopicSettings }, timeout?: number): Promise<Topic>;
+  getTopic(request: { name: string }, timeout?: number): Promise<Topic>;
+  listTopics(request?: { pageSize?: number; pageToken?: string }, timeout?: number): Promise<{ topics: Topic[]; nextPageToken: string }>;
+  updateTopic(request: { name: string; settings?: TopicSettings }, timeout?: number): Promise<Topic>;
+  deleteTopic(request: { name: string }, timeout?: number): Promise<{}>;
+  createSubscription(request: { topic: string; name: string; settings?: SubscriptionSettings }, timeout?: number): Promise<SubscriptionInfo>;
+  getSubscription(request: { topic: string; name: string }, timeout?: number): Promise<SubscriptionInfo>;
+  listSubscriptions(request: { topic: string }, timeout?: number): Promise<{ subscriptions: SubscriptionInfo[] }>;
+  updateSubscription(request: { topic: string; name: string; settings?: SubscriptionSettings }, timeout?: number): Promise<SubscriptionInfo>;
+  deleteSubscription(request: { topic: string; name: string }, timeout?: number): Promise<{}>;
+  listDeadLetters(
+    request: { topic: string; subscription: string; pageSize?: number; pageToken?: string },
+    timeout?: number,
+  ): Promise<{ deadLetters: DeadLetter[]; nextPageToken: string }>;
+  redriveDeadLetters(
+    request: { topic: string; subscription: string; deadLetterIds?: string[]; maxPerSecond?: number },
+    timeout?: number,
+  ): Promise<{ redriven: number }>;
+  purgeDeadLetters(request: { topic: string; subscription: string; deadLetterIds?: string[] }, timeout?: number): Promise<{ purged: number }>;
+  seek(request: { topic: string; subscription: string; time?: ProtoTime; messageId?: string }, timeout?: number): Promise<{}>;
+}
+
+export interface TopicSettings {
+  retentionMaxAge?: ProtoTime | null;
+  retentionMaxLength?: number;
+  hardMaxLength?: number;
+  dedupeWindow?: ProtoTime | null;
+  maxPayloadBytes?: number;
+}
+
+export interface Topic {
+  name: string;
+  settings: TopicSettings | null;
+  stats: {
+    streamLength: number;
+    scheduledCount: number;
+    nextDue: ProtoTime | null;
+    publishedCount: number;
+    droppedCount: number;
+  } | null;
+  subscriptions: string[];
+}
+
+export type StartPositionName = 'START_POSITION_UNSPECIFIED' | 'START_POSITION_EARLIEST' | 'START_POSITION_LATEST';
+
+export interface SubscriptionSettings {
+  ackDeadline?: ProtoTime | null;
+  retryPolicy?: { minimumBackoff?: ProtoTime | null; maximumBackoff?: ProtoTime | null } | null;
+  maxDeliveryAttempts?: number;
+  deadLettering?: boolean;
+  start?: StartPositionName;
+}
+
+export interface SubscriptionInfo {
+  topic: string;
+  name: string;
+  settings: SubscriptionSettings | null;
+  stats: {
+    pending: number;
+    lag: number;
+    oldestUnackedAge: ProtoTime | null;
+    consumers: { name: string; pending: number; idle: ProtoTime | null }[];
+    deadLetters: number;
+    ackedCount: number;
+  } | null;
+}
+
+export interface DeadLetter {
+  deadLetterId: string;
+  message: {
+    id: string;
+    payload: Buffer;
+    attributes: Record<string, string>;
+    orderingKey: string;
+    publishTime: ProtoTime | null;
+    deliverAt: ProtoTime | null;
+  } | null;
+  deliveryAttempts: number;
+  reason: 'DEAD_LETTER_REASON_UNSPECIFIED' | 'DEAD_LETTER_REASON_NACKED' | 'DEAD_LETTER_REASON_DEADLINE_EXCEEDED';
+  deadLetteredAt: ProtoTime | null;
+}
+
+/** One channel to a redq server, shared by the publishers, subscribers and admin client made on it. */
+export declare class Client {
+  constructor(address: string, options?: ClientOptions);
+  readonly address: string;
+  /** The AdminService. */
+  readonly admin: AdminClient;
+  /** The raw QueueService stub (grpc-js + proto-loader), for calls the library does not wrap. */
+  readonly queueStub: GrpcClient & Record<string, any>;
+  /** The raw AdminService stub, on the same channel. */
+  readonly adminStub: GrpcClient & Record<string, any>;
+  /** Waits until the channel is connected (default: callTimeout ms). */
+  waitForReady(timeout?: number): Promise<void>;
+  /** One message delivered later; exactly one of delay / deliverAt. Retried on UNAVAILABLE. */
+  schedule(topic: string, payload: Payload, options: ScheduleOptions): Promise<ScheduleResult>;
+  /** Removes a scheduled message not yet due; false if delivered, cancelled or unknown. */
+  cancel(topic: string, messageId: string): Promise<boolean>;
+  /** Moves a scheduled message not yet due. */
+  reschedule(
+    topic: string,
+    messageId: string,
+    when: { delay?: number; deliverAt?: Date | number },
+  ): Promise<{ rescheduled: boolean; deliverAt: Date | null }>;
+  /** Closes the channel. */
+  close(): void;
+}
+
+/** Opens a Client (it connects on first use). */
+export declare function connect(address: string, options?: ClientOptions): Client;
+
+export interface PublishOptions {
+  attributes?: Record<string, string>;
+  orderingKey?: string;
+  /** Default: an automatic one (unless the publisher has autoDedupe: false). */
+  dedupeId?: string;
+  /** Deliver after this many ms... */
+  delay?: number;
+  /** ...or at this time (at most one of the two). */
+  deliverAt?: Date | number;
+}
+
+export interface PublisherOptions {
+  /** Unanswered requests on the stream (default 8). */
+  maxInFlight?: number;
+  /** Messages per request (default 1000, the server's limit). */
+  maxBatchMessages?: number;
+  /** Bytes per request, about (default 3 MiB). */
+  maxBatchBytes?: number;
+  /** ms a batch may wait to fill up (default 0: sent as soon as a request slot is free). */
+  linger?: number;
+  /** Give each message without a dedupeId an automatic one (default true). */
+  autoDedupe?: boolean;
+  /** Resends of a request on UNAVAILABLE or a broken stream (default 10). */
+  maxRetries?: number;
+  /** Backoff, ms: initialBackoff (default 100) doubling up to maxBackoff (default 5000), jittered. */
+  initialBackoff?: number;
+  maxBackoff?: number;
+  /** Told of each broken stream (the publisher reopens it). */
+  onError?: (err: RedqError) => void;
+  /** For the Client opened when the publisher is given an address. */
+  clientOptions?: ClientOptions;
+}
+
+export interface PublisherStats {
+  published: number;
+  failed: number;
+  requests: number;
+  retries: number;
+  duplicates: number;
+  streams: number;
+}
+
+/** publish() with automatic batching over one PublishStream. */
+export declare class Publisher {
+  constructor(client: Client | string, options?: PublisherOptions);
+  readonly client: Client;
+  readonly stats: PublisherStats;
+  /** Resolves with the message id; rejects with a RedqError. */
+  publish(topic: string, payload: Payload, options?: PublishOptions): Promise<string>;
+  /** Resolves once every message published so far has its id or its error. */
+  flush(): Promise<void>;
+  /** Flushes, then ends the stream (and closes the Client if the publisher opened it). */
+  close(): Promise<void>;
+}
+
+/** One delivery, as the handler gets it. */
+export declare class Message {
+  readonly id: string;
+  /** A view of the received bytes. */
+  readonly payload: Buffer;
+  readonly attributes: Record<string, string>;
+  readonly orderingKey: string;
+  readonly publishTime: Date;
+  /** When it was due: its scheduled time, or its publish time. */
+  readonly deliverAt: Date;
+  /** 1 on the first delivery, one more on each redelivery. */
+  readonly deliveryAttempt: number;
+  readonly ackId: string;
+  /** True once acked or nacked. */
+  readonly settled: boolean;
+  /** Acks it (later calls, and the handler's result, do nothing). */
+  ack(): void;
+  /** Gives it back for redelivery after `delay` ms, or the subscription's retry backoff when undefined. */
+  nack(delay?: number): void;
+  toJSON(): object;
+}
+
+/** Returning (or fulfilling) acks the message, throwing (or rejecting) nacks it, unless it was settled already. */
+export type Handler = (message: Message) => unknown;
+
+export interface SubscribeOptions {
+  /** Delivered-but-unacked messages the server lets the stream hold (default 100). */
+  maxOutstanding?: number;
+  /** Bytes the server may hold for the stream (default: the server's, 10 MiB). */
+  maxOutstandingBytes?: number;
+  /** Handlers running at once (default maxOutstanding). */
+  concurrency?: number;
+  /** Lease of each delivery, ms (default 30000); extended while the handler runs. */
+  ackDeadline?: number;
+  /** How long a delivery's lease is extended in all, ms (default 3600000). */
+  maxExtension?: number;
+  /** Redelivery delay after a handler fails, ms (default: the subscription's retry backoff). */
+  nackDelay?: number;
+  /** Where a new subscription starts (default 'earliest'). */
+  start?: 'earliest' | 'latest';
+  /** Retry backoff of a new subscription, ms. */
+  retryPolicy?: { minimumBackoff?: number; maximumBackoff?: number };
+  /** Deliveries before dead-lettering, for a new subscription. */
+  maxDeliveryAttempts?: number;
+  /** Prefix of the stream's consumer name. */
+  consumer?: string;
+  /** Reconnect backoff, ms: initialBackoff (default 100) doubling up to maxBackoff (default 5000). */
+  initialBackoff?: number;
+  maxBackoff?: number;
+  /** How long close() waits for the server to end the stream, ms (default 10000). */
+  closeTimeout?: number;
+  /** Told of handler failures (with the message) and of broken or refused streams. */
+  onError?: (err: unknown, message?: Message) => void;
+}
+
+export interface AckConfirmation {
+  ackedIds: string[];
+  nackedIds: string[];
+  modifiedIds: string[];
+  lostIds: string[];
+  invalidIds: string[];
+}
+
+export interface SubscriptionStats {
+  received: number;
+  responses: number;
+  acked: number;
+  nacked: number;
+  extended: number;
+  requests: number;
+  streams: number;
+}
+
+/** A handler running on the messages of one subscription, over a StreamingSubscribe stream. */
+export declare class Subscription {
+  readonly topic: string;
+  readonly subscription: string;
+  readonly stats: SubscriptionStats;
+  /** Resolves once closed; rejects if the server refused the stream (e.g. INVALID_ARGUMENT). */
+  readonly closed: Promise<void>;
+  /** Changes the stream's flow control (0 or undefined: unchanged). */
+  setFlowControl(limits: { maxOutstanding?: number; maxOutstandingBytes?: number }): void;
+  /** Sends the acks and nacks gathered so far and resolves with the server's confirmation of them. */
+  flush(): Promise<AckConfirmation>;
+  /** Stops taking messages, waits for running handlers, sends their acks, ends the stream. */
+  close(): Promise<void>;
+}
+
+export declare class Subscriber {
+  constructor(client: Client | string, options?: SubscribeOptions & { clientOptions?: ClientOptions });
+  readonly client: Client;
+  /** Starts handling the messages of `subscription` on `topic` (both created on first use). */
+  subscribe(topic: string, subscription: string, handler: Handler, options?: SubscribeOptions): Subscription;
+  /** Closes every subscription, then the Client if the subscriber opened it. */
+  close(): Promise<void>;
+}

@@ -1,0 +1,74 @@
+// Client against a live redq: schedule / reschedule / cancel, the admin
+// client, and errors carrying the gRPC code.
+
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { connect, RedqError, status } from '../index.js';
+import { serverAddress, unique } from '../test-support/helpers.js';
+
+let client;
+before(async () => {
+  client = connect(await serverAddress());
+  await client.waitForReady(10_000);
+});
+after(() => client.close());
+
+test('schedule, reschedule and cancel a message', async () => {
+  const topic = unique('node-sched');
+  const inAMinute = Date.now() + 60_000;
+  const scheduled = await client.schedule(topic, 'later', { delay: 60_000, attributes: { k: 'v' } });
+  assert.match(scheduled.id, /\S/);
+  assert.equal(scheduled.duplicate, false);
+  assert.ok(Math.abs(scheduled.deliverAt.getTime() - inAMinute) < 5_000, `due ${scheduled.deliverAt.toISOString()}`);
+
+  const at = new Date(Date.now() + 3_600_000);
+  const moved = await client.reschedule(topic, scheduled.id, { deliverAt: at });
+  assert.equal(moved.rescheduled, true);
+  assert.equal(moved.deliverAt.getTime(), at.getTime());
+
+  const topicInfo = await client.admin.getTopic({ name: topic });
+  assert.equal(topicInfo.stats.scheduledCount, 1);
+
+  assert.equal(await client.cancel(topic, scheduled.id), true);
+  assert.equal(await client.cancel(topic, scheduled.id), false, 'already cancelled');
+  assert.deepEqual(await client.reschedule(topic, scheduled.id, { delay: 1000 }), { rescheduled: false, deliverAt: null });
+});
+
+test('schedule with the same dedupe id is a duplicate', async () => {
+  const topic = unique('node-sched-dedupe');
+  const first = await client.schedule(topic, 'once', { delay: 60_000, dedupeId: 'job-1' });
+  const again = await client.schedule(topic, 'once', { delay: 60_000, dedupeId: 'job-1' });
+  assert.equal(again.duplicate, true);
+  assert.equal(again.id, first.id);
+});
+
+test('schedule checks its arguments', async () => {
+  await assert.rejects(client.schedule('t', 'x', {}), /give delay or deliverAt/);
+  await assert.rejects(client.schedule('t', 'x', { delay: 1, deliverAt: new Date() }), /not both/);
+  await assert.rejects(client.schedule('t', 'x', { delay: -1 }), /not negative/);
+  await assert.rejects(client.schedule('t', 42, { delay: 1 }), /payload/);
+});
+
+test('admin: create, list and delete a topic and a subscription', async () => {
+  const name = unique('node-admin');
+  const created = await client.admin.createTopic({ name, settings: { dedupeWindow: { seconds: 60, nanos: 0 } } });
+  assert.equal(created.name, name);
+  assert.deepEqual(created.settings.dedupeWindow, { seconds: 60, nanos: 0 });
+  const sub = await client.admin.createSubscription({ topic: name, name: 'billing', settings: { start: 'START_POSITION_LATEST' } });
+  assert.equal(sub.name, 'billing');
+  const { subscriptions } = await client.admin.listSubscriptions({ topic: name });
+  assert.deepEqual(subscriptions.map((s) => s.name), ['billing']);
+  await client.admin.deleteTopic({ name });
+  const err = await client.admin.getTopic({ name }).catch((e) => e);
+  assert.ok(err instanceof RedqError);
+  assert.equal(err.code, status.NOT_FOUND);
+});
+
+test('errors carry the gRPC code and the server message', async () => {
+  const err = await client.schedule('not a topic!', 'x', { delay: 1 }).catch((e) => e);
+  assert.ok(err instanceof RedqError);
+  assert.equal(err.code, status.INVALID_ARGUMENT);
+  assert.equal(err.codeName, 'INVALID_ARGUMENT');
+  assert.match(err.details, /^topic: /);
+  assert.match(err.message, /^INVALID_ARGUMENT: topic: /);
+});

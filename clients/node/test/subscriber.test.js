@@ -1,0 +1,232 @@
+// Subscriber against a live redq: messages published with the library and
+// received with it, implicit and explicit acks and nacks, redelivery, lease
+// extension, concurrency, graceful close, reconnecting, a refused stream.
+
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { connect, Publisher, Subscriber, RedqError, status } from '../index.js';
+import { serverAddress, startProxy, unique, waitFor } from '../test-support/helpers.js';
+
+let address;
+let client;
+let publisher;
+before(async () => {
+  address = await serverAddress();
+  client = connect(address);
+  await client.waitForReady(10_000);
+  publisher = new Publisher(client);
+});
+after(async () => {
+  await publisher.close();
+  client.close();
+});
+
+const subscriptionStats = async (topic, name) => (await client.admin.getSubscription({ topic, name })).stats;
+// Retries after 50 ms instead of the server's default second.
+const FAST_RETRY = { retryPolicy: { minimumBackoff: 50, maximumBackoff: 200 } };
+
+test('messages arrive with their id, payload and attributes; returning acks', async () => {
+  const topic = unique('node-sub-basic');
+  const published = [];
+  for (let i = 0; i < 3; i++) {
+    published.push(await publisher.publish(topic, Buffer.from(`payload-${i}`), { attributes: { i: String(i) }, orderingKey: 'k' }));
+  }
+  const subscriber = new Subscriber(client);
+  const received = [];
+  subscriber.subscribe(topic, 'basic', (m) => {
+    received.push({ id: m.id, payload: m.payload.toString(), attributes: m.attributes, orderingKey: m.orderingKey, attempt: m.deliveryAttempt, publishTime: m.publishTime, deliverAt: m.deliverAt });
+  });
+  await waitFor(() => received.length === 3, 10_000, '3 messages');
+  await subscriber.close();
+  assert.deepEqual(received.map((r) => r.id), published);
+  received.forEach((r, i) => {
+    assert.equal(r.payload, `payload-${i}`);
+    assert.deepEqual(r.attributes, { i: String(i) });
+    assert.equal(r.orderingKey, 'k');
+    assert.equal(r.attempt, 1);
+    assert.ok(r.publishTime instanceof Date && Math.abs(r.publishTime - Date.now()) < 60_000);
+    assert.equal(r.deliverAt.getTime(), r.publishTime.getTime());
+  });
+  const stats = await subscriptionStats(topic, 'basic');
+  assert.equal(stats.ackedCount, 3, 'acked by the time close() resolved');
+  assert.equal(stats.pending, 0);
+});
+
+test('nack(0) redelivers at once with delivery attempt 2', async () => {
+  const topic = unique('node-sub-nack');
+  const id = await publisher.publish(topic, 'again');
+  const subscriber = new Subscriber(client);
+  const attempts = [];
+  const sub = subscriber.subscribe(topic, 'nack', (m) => {
+    attempts.push(m.deliveryAttempt);
+    if (m.deliveryAttempt === 1) m.nack(0);
+    else assert.equal(m.id, id);
+  });
+  await waitFor(() => attempts.length === 2, 10_000, 'the redelivery');
+  await subscriber.close();
+  assert.deepEqual(attempts, [1, 2]);
+  assert.equal(sub.stats.nacked, 1);
+  assert.equal(sub.stats.acked, 1);
+  assert.equal((await subscriptionStats(topic, 'nack')).ackedCount, 1);
+});
+
+test('a handler that throws, or rejects, nacks (redelivered after the retry backoff)', async () => {
+  const topic = unique('node-sub-throw');
+  await publisher.publish(topic, 'sync');
+  await publisher.publish(topic, 'async');
+  const subscriber = new Subscriber(client);
+  const seen = [];
+  const errors = [];
+  subscriber.subscribe(
+    topic,
+    'throw',
+    async (m) => {
+      seen.push(`${m.payload}:${m.deliveryAttempt}`);
+      if (m.deliveryAttempt > 1) return;
+      if (m.payload.toString() === 'async') {
+        await sleep(1);
+        throw new Error('async failure');
+      }
+      throw new Error('sync failure');
+    },
+    { ...FAST_RETRY, onError: (err, m) => errors.push(`${err.message} ${m?.payload}`) },
+  );
+  await waitFor(() => seen.length === 4, 10_000, 'both redelivered');
+  await subscriber.close();
+  assert.deepEqual(seen.sort(), ['async:1', 'async:2', 'sync:1', 'sync:2']);
+  assert.deepEqual(errors.sort(), ['async failure async', 'sync failure sync']);
+  assert.equal((await subscriptionStats(topic, 'throw')).ackedCount, 2);
+});
+
+test('a sync throw in a plain (not async) handler nacks too', async () => {
+  const topic = unique('node-sub-throw-sync');
+  await publisher.publish(topic, 'x');
+  const subscriber = new Subscriber(client);
+  const attempts = [];
+  subscriber.subscribe(
+    topic,
+    'throw',
+    (m) => {
+      attempts.push(m.deliveryAttempt);
+      if (m.deliveryAttempt === 1) throw new Error('no');
+    },
+    FAST_RETRY,
+  );
+  await waitFor(() => attempts.length === 2, 10_000, 'the redelivery');
+  await subscriber.close();
+  assert.deepEqual(attempts, [1, 2]);
+});
+
+test('the lease is extended while a slow handler runs', async () => {
+  const topic = unique('node-sub-lease');
+  await publisher.publish(topic, 'slow');
+  const subscriber = new Subscriber(client);
+  const deliveries = [];
+  let confirmation = null;
+  const sub = subscriber.subscribe(
+    topic,
+    'lease',
+    async (m) => {
+      deliveries.push(m.deliveryAttempt);
+      await sleep(2_500); // 2.5 ack deadlines
+      m.ack();
+      confirmation = await sub.flush();
+      return m.ackId;
+    },
+    { ackDeadline: 1_000, ...FAST_RETRY },
+  );
+  await waitFor(() => confirmation !== null, 15_000, 'the slow handler');
+  await subscriber.close();
+  assert.deepEqual(deliveries, [1], 'not redelivered while the handler ran');
+  assert.equal(confirmation.ackedIds.length, 1, `the ack applied (lost: ${confirmation.lostIds})`);
+  assert.ok(sub.stats.extended >= 2, `extended ${sub.stats.extended} times`);
+});
+
+test('concurrency bounds the handlers running at once', async () => {
+  const topic = unique('node-sub-conc');
+  await Promise.all(Array.from({ length: 20 }, (_, i) => publisher.publish(topic, `m${i}`)));
+  const subscriber = new Subscriber(client);
+  let running = 0;
+  let most = 0;
+  let done = 0;
+  subscriber.subscribe(
+    topic,
+    'conc',
+    async () => {
+      most = Math.max(most, ++running);
+      await sleep(5);
+      running--;
+      done++;
+    },
+    { concurrency: 3, maxOutstanding: 10 },
+  );
+  await waitFor(() => done === 20, 10_000, '20 handled');
+  await subscriber.close();
+  assert.equal(most, 3);
+});
+
+test('close waits for running handlers, acks them, and gives back the rest', async () => {
+  const topic = unique('node-sub-close');
+  await Promise.all(Array.from({ length: 10 }, (_, i) => publisher.publish(topic, `m${i}`)));
+  const subscriber = new Subscriber(client);
+  let started = 0;
+  let finished = 0;
+  const sub = subscriber.subscribe(
+    topic,
+    'close',
+    async () => {
+      started++;
+      await sleep(300);
+      finished++;
+    },
+    // A short deadline: see below.
+    { concurrency: 4, ackDeadline: 1_000, ...FAST_RETRY },
+  );
+  await waitFor(() => started === 4 && sub.stats.received === 10, 10_000, '4 handlers running, 10 received');
+  await subscriber.close();
+  assert.equal(finished, 4, 'close waited for the running handlers');
+  assert.equal(started, 4, 'no handler started after close');
+  assert.equal(sub.stats.nacked, 6, 'the 6 waiting were given back');
+  assert.equal((await subscriptionStats(topic, 'close')).ackedCount, 4, 'the acks applied before close resolved');
+
+  // The 6 given back go to the next stream. (One of them may come only after
+  // the 1 s ack deadline: the server can hand a last delivery to the closing
+  // stream, after applying its final requests, that it never sends.)
+  const rest = [];
+  const next = new Subscriber(client);
+  next.subscribe(topic, 'close', (m) => rest.push(m.deliveryAttempt));
+  await waitFor(() => rest.length === 6, 10_000, 'the 6 given back');
+  await next.close();
+  assert.ok(rest.every((attempt) => attempt >= 2), `attempts ${rest}`);
+});
+
+test('a broken stream is reopened and delivery goes on', async () => {
+  const topic = unique('node-sub-reconnect');
+  const proxy = await startProxy(address);
+  const subscriber = new Subscriber(proxy.address, { initialBackoff: 20 });
+  const got = [];
+  const errors = [];
+  const sub = subscriber.subscribe(topic, 'reconnect', (m) => got.push(m.payload.toString()), {
+    onError: (err) => errors.push(err.code),
+  });
+  await publisher.publish(topic, 'before');
+  await waitFor(() => got.length === 1, 10_000, 'the first message');
+  proxy.cut();
+  await waitFor(() => sub.stats.streams >= 2, 10_000, 'a new stream');
+  await publisher.publish(topic, 'after');
+  await waitFor(() => got.includes('after'), 10_000, 'the message published after the break');
+  await subscriber.close();
+  await proxy.close();
+  assert.ok(errors.includes(status.UNAVAILABLE), `errors: ${errors}`);
+});
+
+test('a refused subscription stops with the error', async () => {
+  const subscriber = new Subscriber(client);
+  const sub = subscriber.subscribe('not a topic!', 'x', () => {});
+  const err = await sub.closed.catch((e) => e);
+  assert.ok(err instanceof RedqError);
+  assert.equal(err.code, status.INVALID_ARGUMENT);
+  assert.match(err.details, /topic/);
+  await subscriber.close();
+});
