@@ -33,20 +33,6 @@ fn rss_mib(pid: i32) -> u64 {
     kib / 1024
 }
 
-async fn pending(admin: &mut Admin) -> u64 {
-    admin
-        .get_subscription(pb::GetSubscriptionRequest {
-            topic: "big".into(),
-            name: "slow".into(),
-        })
-        .await
-        .expect("GetSubscription")
-        .into_inner()
-        .stats
-        .expect("stats")
-        .pending
-}
-
 #[tokio::test]
 async fn streams_whose_clients_do_not_read_stay_within_their_byte_budget() {
     let redis = RedisServer::start();
@@ -77,14 +63,14 @@ async fn streams_whose_clients_do_not_read_stay_within_their_byte_budget() {
     let started = tokio::time::Instant::now();
     loop {
         tokio::time::sleep(Duration::from_secs(2)).await;
-        let now = pending(&mut admin).await;
+        let now = pending_of(&mut admin, "big", "slow").await;
         if now == last || started.elapsed() > EVENTUALLY {
             break;
         }
         last = now;
     }
     let held = rss_mib(server.pid());
-    let delivered = pending(&mut admin).await;
+    let delivered = pending_of(&mut admin, "big", "slow").await;
     println!(
         "stream_memory: {STREAMS} non-reading streams on a {} MiB backlog of 1 MiB messages: \
          server RSS {before} MiB before, {held} MiB while they hold {delivered} deliveries",

@@ -23,7 +23,8 @@ pub struct ClusterNode {
     child: Option<Child>,
 }
 
-fn free_port() -> u16 {
+/// A port nothing listens on now (the OS's choice for port 0).
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free port")

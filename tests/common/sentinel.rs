@@ -2,13 +2,12 @@
 //! Sentinels on free ports, quick to notice a failure. Every process is
 //! SIGKILLed on drop.
 
-use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
-use super::cluster::cli;
+use super::cluster::{cli, free_port};
 
 pub const MASTER_NAME: &str = "redq-master";
 
@@ -18,13 +17,6 @@ pub struct SentinelSetup {
     pub nodes: Vec<u16>,
     pub sentinels: Vec<u16>,
     children: Vec<Child>,
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
 }
 
 fn wait_until(what: &str, mut ready: impl FnMut() -> bool) {
