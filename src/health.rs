@@ -29,6 +29,8 @@ pub struct Health {
 struct Inner {
     reporter: HealthReporter,
     redis_reachable: AtomicBool,
+    /// Where the health check asks Redis, for /readyz and the logs.
+    redis_location: Mutex<String>,
     dead_loops: Mutex<Vec<&'static str>>,
     shutdown: CancellationToken,
 }
@@ -39,6 +41,7 @@ impl Health {
             inner: Arc::new(Inner {
                 reporter,
                 redis_reachable: AtomicBool::new(false),
+                redis_location: Mutex::new("redis".into()),
                 dead_loops: Mutex::default(),
                 shutdown,
             }),
@@ -47,14 +50,20 @@ impl Health {
 
     /// Serving: Redis answers, every background loop runs, no shutdown yet.
     pub fn is_ready(&self) -> bool {
-        self.inner.redis_reachable.load(Ordering::Relaxed)
-            && self
-                .inner
-                .dead_loops
-                .lock()
-                .expect("health lock")
-                .is_empty()
-            && !self.inner.shutdown.is_cancelled()
+        self.not_ready_reason().is_none()
+    }
+
+    /// Why the server is not ready, for /readyz; None when it is.
+    pub fn not_ready_reason(&self) -> Option<String> {
+        if self.inner.shutdown.is_cancelled() {
+            return Some("shutting down".into());
+        }
+        if !self.inner.redis_reachable.load(Ordering::Relaxed) {
+            let location = self.inner.redis_location.lock().expect("health lock");
+            return Some(format!("cannot reach {location}"));
+        }
+        let dead = self.inner.dead_loops.lock().expect("health lock");
+        (!dead.is_empty()).then(|| format!("background loops stopped: {}", dead.join(", ")))
     }
 
     /// Pushes the current readiness to the gRPC health service.
@@ -100,6 +109,8 @@ impl Health {
     pub async fn run_monitor(self, store: Store) {
         let mut warned_durability = false;
         let mut retry = RETRY_MIN;
+        let location = store.registry_location();
+        *self.inner.redis_location.lock().expect("health lock") = location.clone();
         loop {
             let reachable = matches!(
                 tokio::time::timeout(PING_TIMEOUT, store.ping()).await,
@@ -113,7 +124,7 @@ impl Health {
                 if reachable {
                     tracing::info!("redis reachable");
                 } else {
-                    tracing::warn!("redis unreachable, retrying");
+                    tracing::warn!(at = %location, "redis unreachable, retrying");
                 }
                 self.publish().await;
             }
@@ -144,11 +155,13 @@ impl Health {
     }
 }
 
-async fn readyz(State(health): State<Health>) -> (StatusCode, &'static str) {
-    if health.is_ready() {
-        (StatusCode::OK, "ready\n")
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+async fn readyz(State(health): State<Health>) -> (StatusCode, String) {
+    match health.not_ready_reason() {
+        None => (StatusCode::OK, "ready\n".into()),
+        Some(reason) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {reason}\n"),
+        ),
     }
 }
 

@@ -38,6 +38,11 @@ async fn assert_not_ready(server: &TestServer) {
         .wait_health(QUEUE_SERVICE, ServingStatus::NotServing)
         .await;
     wait_http_status(server.metrics_addr, "/readyz", 503).await;
+    let (_, body) = http_get_with_body(server.metrics_addr, "/readyz").await;
+    assert!(
+        body.starts_with("not ready: ") && body.len() > "not ready: \n".len(),
+        "/readyz says why: {body:?}"
+    );
     assert_eq!(
         http_get(server.metrics_addr, "/healthz").await,
         200,
@@ -58,6 +63,8 @@ async fn health_follows_redis_going_away_and_coming_back() {
 
     redis.kill();
     assert_not_ready(&server).await;
+    let (_, body) = http_get_with_body(server.metrics_addr, "/readyz").await;
+    assert!(body.contains("cannot reach redis at"), "{body:?}");
     let down = try_publish(&mut client).await;
     assert_eq!(
         down.as_ref().map_err(|s| s.code()).err(),

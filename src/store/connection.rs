@@ -168,6 +168,7 @@ pub fn lazy_cluster_connection(
 /// Finds the master through the Sentinels, and connects to it.
 pub struct SentinelConnector {
     client: tokio::sync::Mutex<SentinelClient>,
+    master: String,
 }
 
 impl SentinelConnector {
@@ -187,7 +188,13 @@ impl SentinelConnector {
         }
         Ok(Self {
             client: tokio::sync::Mutex::new(builder.build()?),
+            master: target.master.clone(),
         })
+    }
+
+    /// The name of the master the Sentinels are asked for.
+    pub fn master_name(&self) -> &str {
+        &self.master
     }
 
     /// A client for the server the Sentinels call master now.

@@ -220,6 +220,23 @@ impl Store {
         }
     }
 
+    /// Where the health check asks (the topic registry's node), for
+    /// operators: no credentials.
+    pub fn registry_location(&self) -> String {
+        match &self.backend {
+            Backend::Standalone { client, .. } => {
+                format!("redis at {}", client.get_connection_info().addr())
+            }
+            Backend::Cluster { .. } => {
+                let slot = redis::cluster_routing::Slot::for_key(keys::TOPICS);
+                format!("the cluster master of {} ({slot:?})", keys::TOPICS)
+            }
+            Backend::Sentinel { connector, .. } => {
+                format!("the master the Sentinels name {}", connector.master_name())
+            }
+        }
+    }
+
     /// Whether Redis is a cluster.
     pub fn is_cluster(&self) -> bool {
         matches!(self.backend, Backend::Cluster { .. })

@@ -871,6 +871,11 @@ pub fn assert_status<T: std::fmt::Debug>(result: Result<T, Status>, code: Code, 
 
 /// `GET <path>` over HTTP/1.0; returns the status code.
 pub async fn http_get(addr: SocketAddr, path: &str) -> u16 {
+    http_get_with_body(addr, path).await.0
+}
+
+/// `GET <path>` over HTTP/1.0; returns the status code and the body.
+pub async fn http_get_with_body(addr: SocketAddr, path: &str) -> (u16, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let exchange = async {
         let mut conn = tokio::net::TcpStream::connect(addr).await?;
@@ -886,11 +891,15 @@ pub async fn http_get(addr: SocketAddr, path: &str) -> u16 {
         .unwrap_or_else(|e| panic!("GET {path} on {addr}: {e}"));
     let head = String::from_utf8_lossy(&response);
     let status_line = head.lines().next().unwrap_or_default();
-    status_line
+    let status = status_line
         .split_whitespace()
         .nth(1)
         .and_then(|code| code.parse().ok())
-        .unwrap_or_else(|| panic!("GET {path} on {addr}: no status line in {head:?}"))
+        .unwrap_or_else(|| panic!("GET {path} on {addr}: no status line in {head:?}"));
+    let body = head
+        .split_once("\r\n\r\n")
+        .map_or_else(String::new, |(_, body)| body.to_owned());
+    (status, body)
 }
 
 /// Polls `GET path` until it returns `want` (panics after `EVENTUALLY`).
