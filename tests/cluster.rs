@@ -388,3 +388,41 @@ async fn resharding_a_master_away_and_back_under_load_loses_and_duplicates_nothi
         "stream entries written twice in a reshard"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocked_watcher_follows_its_topic_to_another_master() {
+    let cluster = RedisCluster::start();
+    let server = TestServer::start(&cluster.url(), &[]).await;
+    server.wait_serving().await;
+    let mut client = server.client().await;
+    let topic = topic_per_master(&cluster).remove(0);
+    let key = format!("redq:{{{topic}}}:stream");
+    // A stream whose topic watcher is blocked in XREAD on the topic's master.
+    let mut stream = subscribe(&mut client, &topic, "s", Sub::default()).await;
+    publish(&mut client, &topic, ["before"]).await;
+    expect_messages(&mut stream, 1).await;
+    let from = cluster.master_of(&key);
+    let to = cluster
+        .masters()
+        .into_iter()
+        .map(|(port, _)| port)
+        .find(|&p| p != from)
+        .unwrap();
+    let slots = cluster
+        .masters()
+        .into_iter()
+        .find(|(port, _)| *port == from)
+        .map(|(_, ranges)| ranges.iter().map(|(a, b)| (b - a + 1) as usize).sum())
+        .unwrap();
+    reshard(&cluster, from, to, slots).await;
+    assert_eq!(cluster.master_of(&key), to);
+    let published = std::time::Instant::now();
+    publish(&mut client, &topic, ["after"]).await;
+    // Within the watcher's block time plus a margin.
+    let got = next_messages(&mut stream, 1, Duration::from_secs(8)).await;
+    assert_eq!(got.len(), 1, "no delivery after the topic moved");
+    println!(
+        "cluster watcher: delivered {:?} after a publish to the moved topic",
+        published.elapsed()
+    );
+}
