@@ -47,4 +47,10 @@ async fn a_sentinel_failover_under_load_loses_nothing_acknowledged() {
         lost, 0,
         "acknowledged publishes lost in a Sentinel failover"
     );
+    // The server followed the Sentinels' announcement, not only its errors.
+    assert!(
+        server.log().contains("sentinel: the master moved"),
+        "no +switch-master seen:\n{}",
+        server.log()
+    );
 }

@@ -15,6 +15,7 @@ use redis::{
     AsyncConnectionConfig, Cmd, ConnectionAddr, Pipeline, RedisFuture, RedisResult, Value,
 };
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Where Redis is, from `--redis-url`.
@@ -169,6 +170,10 @@ pub fn lazy_cluster_connection(
 pub struct SentinelConnector {
     client: tokio::sync::Mutex<SentinelClient>,
     master: String,
+    /// Bumped on each `+switch-master` the Sentinels announce: connections
+    /// made before it ask for the master again.
+    generation: AtomicU64,
+    listening: AtomicBool,
 }
 
 impl SentinelConnector {
@@ -189,6 +194,8 @@ impl SentinelConnector {
         Ok(Self {
             client: tokio::sync::Mutex::new(builder.build()?),
             master: target.master.clone(),
+            generation: AtomicU64::new(0),
+            listening: AtomicBool::new(false),
         })
     }
 
@@ -197,9 +204,62 @@ impl SentinelConnector {
         &self.master
     }
 
-    /// A client for the server the Sentinels call master now.
-    pub async fn master(&self) -> RedisResult<redis::Client> {
+    /// A client for the server the Sentinels call master now; the first
+    /// call starts listening for the Sentinels' `+switch-master`.
+    pub async fn master(self: &Arc<Self>) -> RedisResult<redis::Client> {
+        if !self.listening.swap(true, Ordering::Relaxed) {
+            tokio::spawn(listen_for_switches(Arc::downgrade(self)));
+        }
         self.client.lock().await.async_get_client().await
+    }
+
+    fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Relaxed)
+    }
+}
+
+/// Follows the Sentinels' `+switch-master` announcements, so that a failover
+/// moves every connection at once rather than each at its next error. Ends
+/// with the connector.
+async fn listen_for_switches(connector: std::sync::Weak<SentinelConnector>) {
+    use futures::StreamExt;
+    let mut retry = Duration::from_millis(100);
+    loop {
+        let Some(strong) = connector.upgrade() else {
+            return;
+        };
+        let sentinel = strong.client.lock().await.async_get_sentinel_client().await;
+        let master = strong.master.clone();
+        drop(strong);
+        let subscribed = match sentinel {
+            Ok(client) => match client.get_async_pubsub().await {
+                Ok(mut pubsub) => pubsub.subscribe("+switch-master").await.map(|()| pubsub),
+                Err(err) => Err(err),
+            },
+            Err(err) => Err(err),
+        };
+        match subscribed {
+            Ok(mut pubsub) => {
+                retry = Duration::from_millis(100);
+                let mut messages = pubsub.on_message();
+                while let Some(message) = messages.next().await {
+                    let payload: String = message.get_payload().unwrap_or_default();
+                    // "<master name> <old ip> <old port> <new ip> <new port>"
+                    let mut fields = payload.split_whitespace();
+                    if fields.next() == Some(master.as_str()) {
+                        let Some(connector) = connector.upgrade() else {
+                            return;
+                        };
+                        connector.generation.fetch_add(1, Ordering::Relaxed);
+                        let to: Vec<&str> = fields.skip(2).collect();
+                        tracing::info!(master = %master, to = %to.join(":"), "sentinel: the master moved");
+                    }
+                }
+            }
+            Err(err) => tracing::debug!(error = ?err, "sentinel: cannot follow +switch-master"),
+        }
+        tokio::time::sleep(retry).await;
+        retry = (retry * 2).min(Duration::from_secs(5));
     }
 }
 
@@ -211,7 +271,8 @@ impl SentinelConnector {
 pub struct SentinelConnection {
     connector: Arc<SentinelConnector>,
     config: AsyncConnectionConfig,
-    current: Arc<std::sync::Mutex<Option<MultiplexedConnection>>>,
+    /// The connection, and the connector's generation it was made in.
+    current: Arc<std::sync::Mutex<Option<(u64, MultiplexedConnection)>>>,
 }
 
 impl SentinelConnection {
@@ -226,14 +287,17 @@ impl SentinelConnection {
     }
 
     async fn connection(&self) -> RedisResult<MultiplexedConnection> {
-        if let Some(conn) = self.current.lock().expect("sentinel lock").clone() {
+        let generation = self.connector.generation();
+        if let Some((made, conn)) = self.current.lock().expect("sentinel lock").clone()
+            && made == generation
+        {
             return Ok(conn);
         }
         let master = self.connector.master().await?;
         let conn = master
             .get_multiplexed_async_connection_with_config(&self.config)
             .await?;
-        *self.current.lock().expect("sentinel lock") = Some(conn.clone());
+        *self.current.lock().expect("sentinel lock") = Some((generation, conn.clone()));
         Ok(conn)
     }
 
