@@ -142,11 +142,14 @@ impl Topology {
 }
 
 /// The cluster client, with explicit timeouts: the builder has no response
-/// timeout by default, and waits at least 1.28 s between retries.
+/// timeout by default, and waits at least 1.28 s between retries. A request
+/// with its retries and redirections (MOVED, ASK during a migration) takes at
+/// most 15 s: a blocking read's 5 s block, then a retry elsewhere.
 pub fn cluster_client(seeds: &[String]) -> RedisResult<ClusterClient> {
     ClusterClientBuilder::new(seeds.to_vec())
         .connection_timeout(Duration::from_secs(2))
         .response_timeout(Duration::from_secs(5))
+        .overall_response_timeout(Some(Duration::from_secs(15)))
         .retries(6)
         .min_retry_wait(50)
         .max_retry_wait(1000)
