@@ -82,6 +82,17 @@ impl RedisCluster {
             String::from_utf8_lossy(&out.stdout)
         );
         cluster.wait_ok();
+        // Every node has its role: 3 replicas, each following its master.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while cli(cluster.any_port(), &["CLUSTER", "NODES"])
+            .lines()
+            .filter(|l| l.contains("slave"))
+            .count()
+            < 3
+        {
+            assert!(Instant::now() < deadline, "the replicas did not join");
+            std::thread::sleep(Duration::from_millis(100));
+        }
         cluster.wait_replicas_synced();
         cluster
     }
@@ -155,20 +166,29 @@ impl RedisCluster {
     /// gives up after a while.
     pub fn wait_replicas_synced(&self) {
         let deadline = Instant::now() + Duration::from_secs(60);
-        for node in self.nodes.iter().filter(|n| n.child.is_some()) {
+        let nodes = cli(self.any_port(), &["CLUSTER", "NODES"]);
+        let replicas: Vec<u16> = nodes
+            .lines()
+            .filter(|l| l.contains("slave") && !l.contains("fail"))
+            .filter_map(|l| {
+                l.split_whitespace()
+                    .nth(1)?
+                    .split(['@', ':'])
+                    .nth(1)?
+                    .parse()
+                    .ok()
+            })
+            .collect();
+        for port in replicas {
             loop {
-                let info = cli(node.port, &["INFO", "replication"]);
-                let synced = info.contains("role:master")
-                    || (info.contains("master_link_status:up")
-                        && info.contains("master_sync_in_progress:0"));
+                let info = cli(port, &["INFO", "replication"]);
+                let synced = info.contains("role:slave")
+                    && info.contains("master_link_status:up")
+                    && info.contains("master_sync_in_progress:0");
                 if synced {
                     break;
                 }
-                assert!(
-                    Instant::now() < deadline,
-                    "replica {} did not sync",
-                    node.port
-                );
+                assert!(Instant::now() < deadline, "replica {port} did not sync");
                 std::thread::sleep(Duration::from_millis(100));
             }
         }
@@ -248,6 +268,8 @@ impl RedisCluster {
                     .collect();
                 Some((port, ranges))
             })
+            // A node that is still becoming a replica says master, with no slots.
+            .filter(|(_, ranges): &(u16, Vec<(u16, u16)>)| !ranges.is_empty())
             .collect()
     }
 
