@@ -168,9 +168,7 @@ async fn kill_9_of_a_master_under_load_reports_what_was_lost() {
     let load = Load::start(&server, &topics).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let victim = cluster.master_of(&format!("redq:{{{}}}:stream", topics[0]));
-    let replica = cluster.replicas_of(victim)[0];
-    cluster.kill9(cluster.index_of(victim));
-    cluster.wait_master(replica);
+    cluster.kill9_master(victim);
     cluster.wait_ok();
     tokio::time::sleep(Duration::from_secs(2)).await;
     let (published, failed, lost, duplicates) = load.finish().await;
@@ -196,10 +194,7 @@ async fn kill_9_of_a_master_with_replicated_durability_loses_nothing_acknowledge
     let load = Load::start(&server, &topics).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let victim = cluster.master_of(&format!("redq:{{{}}}:stream", topics[0]));
-    let replica = cluster.replicas_of(victim)[0];
-    let victim_index = cluster.index_of(victim);
-    cluster.kill9(victim_index);
-    cluster.wait_master(replica);
+    let (victim_index, _) = cluster.kill9_master(victim);
     // The old master comes back as the new one's replica, so that writes
     // can be confirmed by a replica again.
     cluster.launch(victim_index);
@@ -339,12 +334,7 @@ async fn resharding_a_master_away_and_back_under_load_loses_and_duplicates_nothi
         .map(|(port, _)| port)
         .find(|&p| p != from)
         .unwrap();
-    let slots: usize = cluster
-        .masters()
-        .into_iter()
-        .find(|(port, _)| *port == from)
-        .map(|(_, ranges)| ranges.iter().map(|(a, b)| (b - a + 1) as usize).sum())
-        .unwrap();
+    let slots = cluster.slots_of(from);
     let original = publish_messages(&mut client, moved, vec![deduped_message("once", "d-1")]).await;
     let scheduled = schedule(&mut client, moved, message("due later"), Due::in_ms(4_000)).await;
     let load = Load::start(&server, &topics).await;
@@ -357,12 +347,7 @@ async fn resharding_a_master_away_and_back_under_load_loses_and_duplicates_nothi
     assert_eq!(again.message_ids, original.message_ids);
     // Back: as many slots (redis-cli picks which; the topic's may stay).
     reshard(&cluster, to, from, slots).await;
-    let back: usize = cluster
-        .masters()
-        .into_iter()
-        .find(|(port, _)| *port == from)
-        .map(|(_, ranges)| ranges.iter().map(|(a, b)| (b - a + 1) as usize).sum())
-        .unwrap_or(0);
+    let back = cluster.slots_of(from);
     assert_eq!(back, slots, "the master has as many slots as before");
 
     // The scheduled message is promoted by whichever master owns it then.
@@ -408,12 +393,7 @@ async fn a_blocked_watcher_follows_its_topic_to_another_master() {
         .map(|(port, _)| port)
         .find(|&p| p != from)
         .unwrap();
-    let slots = cluster
-        .masters()
-        .into_iter()
-        .find(|(port, _)| *port == from)
-        .map(|(_, ranges)| ranges.iter().map(|(a, b)| (b - a + 1) as usize).sum())
-        .unwrap();
+    let slots = cluster.slots_of(from);
     reshard(&cluster, from, to, slots).await;
     assert_eq!(cluster.master_of(&key), to);
     let published = std::time::Instant::now();

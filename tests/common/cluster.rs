@@ -31,6 +31,16 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// The port of the node a `CLUSTER NODES` line is about (`id ip:port@bus …`).
+fn port_in(line: &str) -> Option<u16> {
+    line.split_whitespace()
+        .nth(1)?
+        .split(['@', ':'])
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
 /// `redis-cli -p PORT ARGS…`, its output (panics if it cannot run).
 pub fn cli(port: u16, args: &[&str]) -> String {
     let out = Command::new("redis-cli")
@@ -170,14 +180,7 @@ impl RedisCluster {
         let replicas: Vec<u16> = nodes
             .lines()
             .filter(|l| l.contains("slave") && !l.contains("fail"))
-            .filter_map(|l| {
-                l.split_whitespace()
-                    .nth(1)?
-                    .split(['@', ':'])
-                    .nth(1)?
-                    .parse()
-                    .ok()
-            })
+            .filter_map(port_in)
             .collect();
         for port in replicas {
             loop {
@@ -257,7 +260,7 @@ impl RedisCluster {
             .filter(|l| l.contains("master") && !l.contains("fail"))
             .filter_map(|line| {
                 let fields: Vec<&str> = line.split_whitespace().collect();
-                let port = fields.get(1)?.split(['@', ':']).nth(1)?.parse().ok()?;
+                let port = port_in(line)?;
                 let ranges = fields[8..]
                     .iter()
                     .filter(|r| !r.starts_with('['))
@@ -286,6 +289,25 @@ impl RedisCluster {
             .expect("a master for the slot")
     }
 
+    /// How many slots the master on `port` serves.
+    pub fn slots_of(&self, port: u16) -> usize {
+        self.masters()
+            .into_iter()
+            .find(|(p, _)| *p == port)
+            .map(|(_, ranges)| ranges.iter().map(|(a, b)| (b - a + 1) as usize).sum())
+            .unwrap_or(0)
+    }
+
+    /// SIGKILLs the master on `port` and waits until one of its replicas
+    /// has taken over; returns the killed node's index and the new master.
+    pub fn kill9_master(&mut self, port: u16) -> (usize, u16) {
+        let replica = self.replicas_of(port)[0];
+        let index = self.index_of(port);
+        self.kill9(index);
+        self.wait_master(replica);
+        (index, replica)
+    }
+
     /// The index of the node listening on `port`.
     pub fn index_of(&self, port: u16) -> usize {
         self.nodes
@@ -306,14 +328,7 @@ impl RedisCluster {
         nodes
             .lines()
             .filter(|l| l.contains("slave") && l.contains(&master_id) && !l.contains("fail"))
-            .filter_map(|l| {
-                l.split_whitespace()
-                    .nth(1)?
-                    .split(['@', ':'])
-                    .nth(1)?
-                    .parse()
-                    .ok()
-            })
+            .filter_map(port_in)
             .collect()
     }
 
