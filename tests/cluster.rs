@@ -328,12 +328,7 @@ async fn resharding_a_master_away_and_back_under_load_loses_and_duplicates_nothi
     let topics = topic_per_master(&cluster);
     let moved = &topics[0];
     let from = cluster.master_of(&format!("redq:{{{moved}}}:stream"));
-    let to = cluster
-        .masters()
-        .into_iter()
-        .map(|(port, _)| port)
-        .find(|&p| p != from)
-        .unwrap();
+    let to = cluster.another_master(from);
     let slots = cluster.slots_of(from);
     let original = publish_messages(&mut client, moved, vec![deduped_message("once", "d-1")]).await;
     let scheduled = schedule(&mut client, moved, message("due later"), Due::in_ms(4_000)).await;
@@ -387,12 +382,7 @@ async fn a_blocked_watcher_follows_its_topic_to_another_master() {
     publish(&mut client, &topic, ["before"]).await;
     expect_messages(&mut stream, 1).await;
     let from = cluster.master_of(&key);
-    let to = cluster
-        .masters()
-        .into_iter()
-        .map(|(port, _)| port)
-        .find(|&p| p != from)
-        .unwrap();
+    let to = cluster.another_master(from);
     let slots = cluster.slots_of(from);
     reshard(&cluster, from, to, slots).await;
     assert_eq!(cluster.master_of(&key), to);

@@ -365,39 +365,42 @@ pub enum Connection {
     Sentinel(SentinelConnection),
 }
 
-impl ConnectionLike for Connection {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        match self {
-            Connection::Single(conn) => conn.req_packed_command(cmd),
-            Connection::Dedicated(conn) => conn.req_packed_command(cmd),
-            Connection::Cluster(conn) => conn.req_packed_command(cmd),
-            Connection::Sentinel(conn) => conn.req_packed_command(cmd),
-        }
-    }
+/// Implements `ConnectionLike` for an enum each of whose variants holds a
+/// connection, by handing every call to it.
+macro_rules! delegate_connection_like {
+    ($type:ty: $($variant:path),+) => {
+        impl redis::aio::ConnectionLike for $type {
+            fn req_packed_command<'a>(
+                &'a mut self,
+                cmd: &'a redis::Cmd,
+            ) -> redis::RedisFuture<'a, redis::Value> {
+                match self {
+                    $($variant(conn) => conn.req_packed_command(cmd),)+
+                }
+            }
 
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        match self {
-            Connection::Single(conn) => conn.req_packed_commands(pipeline, offset, count),
-            Connection::Dedicated(conn) => conn.req_packed_commands(pipeline, offset, count),
-            Connection::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
-            Connection::Sentinel(conn) => conn.req_packed_commands(pipeline, offset, count),
-        }
-    }
+            fn req_packed_commands<'a>(
+                &'a mut self,
+                pipeline: &'a redis::Pipeline,
+                offset: usize,
+                count: usize,
+            ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+                match self {
+                    $($variant(conn) => conn.req_packed_commands(pipeline, offset, count),)+
+                }
+            }
 
-    fn get_db(&self) -> i64 {
-        match self {
-            Connection::Single(conn) => conn.get_db(),
-            Connection::Dedicated(conn) => conn.get_db(),
-            Connection::Cluster(conn) => conn.get_db(),
-            Connection::Sentinel(conn) => conn.get_db(),
+            fn get_db(&self) -> i64 {
+                match self {
+                    $($variant(conn) => conn.get_db(),)+
+                }
+            }
         }
-    }
+    };
 }
+pub(crate) use delegate_connection_like;
+
+delegate_connection_like!(Connection: Connection::Single, Connection::Dedicated, Connection::Cluster, Connection::Sentinel);
 
 impl Connection {
     /// `WAIT 1 <timeout>` on the connection (on a cluster, to the master of

@@ -17,7 +17,7 @@ use connection::{Connection, SentinelConnection, SentinelConnector, Topology};
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::{AsyncConnectionConfig, Client, Cmd, Pipeline, RedisFuture, Value};
+use redis::{AsyncConnectionConfig, Client};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::runtime::Handle;
@@ -113,35 +113,7 @@ pub enum PooledConnection<'a> {
     Multiplexed(Connection),
 }
 
-impl ConnectionLike for PooledConnection<'_> {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        match self {
-            PooledConnection::Pooled(conn) => conn.req_packed_command(cmd),
-            PooledConnection::Multiplexed(conn) => conn.req_packed_command(cmd),
-        }
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        match self {
-            PooledConnection::Pooled(conn) => conn.req_packed_commands(pipeline, offset, count),
-            PooledConnection::Multiplexed(conn) => {
-                conn.req_packed_commands(pipeline, offset, count)
-            }
-        }
-    }
-
-    fn get_db(&self) -> i64 {
-        match self {
-            PooledConnection::Pooled(conn) => conn.get_db(),
-            PooledConnection::Multiplexed(conn) => conn.get_db(),
-        }
-    }
-}
+connection::delegate_connection_like!(PooledConnection<'_>: PooledConnection::Pooled, PooledConnection::Multiplexed);
 
 impl Store {
     /// Prepares connections to `url` without connecting: a server must start,

@@ -92,11 +92,13 @@ impl RedisCluster {
             String::from_utf8_lossy(&out.stdout)
         );
         cluster.wait_ok();
-        // Every node has its role: 3 replicas, each following its master.
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while cli(cluster.any_port(), &["CLUSTER", "NODES"])
-            .lines()
-            .filter(|l| l.contains("slave"))
+        // Every node has its role: 3 replicas, each following its master (by
+        // each node's own ROLE, which gossip does not delay).
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while cluster
+            .nodes
+            .iter()
+            .filter(|n| cli(n.port, &["ROLE"]).starts_with("slave"))
             .count()
             < 3
         {
@@ -176,11 +178,11 @@ impl RedisCluster {
     /// gives up after a while.
     pub fn wait_replicas_synced(&self) {
         let deadline = Instant::now() + Duration::from_secs(60);
-        let nodes = cli(self.any_port(), &["CLUSTER", "NODES"]);
-        let replicas: Vec<u16> = nodes
-            .lines()
-            .filter(|l| l.contains("slave") && !l.contains("fail"))
-            .filter_map(port_in)
+        let replicas: Vec<u16> = self
+            .nodes
+            .iter()
+            .filter(|n| n.child.is_some() && cli(n.port, &["ROLE"]).starts_with("slave"))
+            .map(|n| n.port)
             .collect();
         for port in replicas {
             loop {
@@ -287,6 +289,15 @@ impl RedisCluster {
             .find(|(_, ranges)| ranges.iter().any(|&(a, b)| (a..=b).contains(&slot)))
             .map(|(port, _)| port)
             .expect("a master for the slot")
+    }
+
+    /// A master other than the one on `port`.
+    pub fn another_master(&self, port: u16) -> u16 {
+        self.masters()
+            .into_iter()
+            .map(|(p, _)| p)
+            .find(|&p| p != port)
+            .expect("another master")
     }
 
     /// How many slots the master on `port` serves.

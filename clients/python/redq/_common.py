@@ -128,3 +128,10 @@ def channel_options(extra=None):
     options = {"grpc.max_receive_message_length": -1}
     options.update(dict(extra or ()))
     return list(options.items())
+
+
+def resolve_once(future):
+    """Resolves an asyncio future a waiting writer sleeps on, unless it is
+    already done (it may have been cancelled)."""
+    if future is not None and not future.done():
+        future.set_result(None)

@@ -265,11 +265,9 @@ class Publisher:
 
     def _kick(self):
         """Wakes the writer (it runs on the next turn of the loop), or starts a stream."""
-        wake = self._wake
+        wake, self._wake = self._wake, None
         if wake is not None:
-            self._wake = None
-            if not wake.done():
-                wake.set_result(None)
+            _common.resolve_once(wake)
         elif self._runner is None and not self._closing:
             self._runner = self._loop.create_task(self._run())
 

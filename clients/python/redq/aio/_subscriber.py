@@ -285,11 +285,9 @@ class Subscription:
         self._kick()
 
     def _kick(self):
-        wake = self._wake
-        if wake is not None:
-            self._wake = None
-            if not wake.done():
-                wake.set_result(None)
+        """Wakes the request writer (it runs on the next turn of the loop)."""
+        wake, self._wake = self._wake, None
+        _common.resolve_once(wake)
 
     def _extend_leases(self):
         self._lease_timer = None
