@@ -327,19 +327,16 @@ impl RedisCluster {
             .expect("a node on the port")
     }
 
-    /// Replicas of the master on `port`.
+    /// Replicas connected to the master on `port`, by the master's own ROLE
+    /// (`master`, its offset, then ip, port and offset per replica): gossip,
+    /// which CLUSTER NODES on another node reports, can lag behind it.
     pub fn replicas_of(&self, port: u16) -> Vec<u16> {
-        let nodes = cli(self.any_port(), &["CLUSTER", "NODES"]);
-        let master_id = nodes
-            .lines()
-            .find(|l| l.contains(&format!(":{port}@")))
-            .and_then(|l| l.split_whitespace().next())
-            .expect("the master's id")
-            .to_owned();
-        nodes
-            .lines()
-            .filter(|l| l.contains("slave") && l.contains(&master_id) && !l.contains("fail"))
-            .filter_map(port_in)
+        let role = cli(port, &["ROLE"]);
+        let lines: Vec<&str> = role.lines().collect();
+        assert_eq!(lines.first(), Some(&"master"), "{port} is not a master");
+        lines[2..]
+            .chunks(3)
+            .filter_map(|replica| replica.get(1)?.parse().ok())
             .collect()
     }
 
