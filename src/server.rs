@@ -1,7 +1,7 @@
 //! Wires the gRPC server, the HTTP health endpoint and the background loops,
 //! and runs them until the shutdown future resolves.
 
-use crate::broker::{Broker, BrokerSettings, retention};
+use crate::broker::{Broker, BrokerSettings, registry_repair, retention};
 use crate::config::Settings;
 use crate::grpc::{AdminApi, QueueApi};
 use crate::health::Health;
@@ -67,6 +67,10 @@ pub async fn run(
             settings.trim_interval,
             stop.clone(),
         ),
+    );
+    health.spawn_loop(
+        "registry-repair",
+        registry_repair::run(store.clone(), stop.clone()),
     );
     health.spawn_loop(
         "memory-guard",

@@ -396,3 +396,106 @@ async fn a_blocked_watcher_follows_its_topic_to_another_master() {
         published.elapsed()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topics_the_registry_lost_are_found_again_on_every_master() {
+    let cluster = RedisCluster::start();
+    let first = TestServer::start(&cluster.url(), &[]).await;
+    first.wait_serving().await;
+    let mut client = first.client().await;
+    let topics = topic_per_master(&cluster);
+    for topic in &topics {
+        publish(&mut client, topic, ["kept"]).await;
+    }
+    // What a failover of the registry's master can do: the topics live on,
+    // their registrations are gone.
+    let registry = cluster.master_of("redq:topics");
+    assert_eq!(cli(registry, &["DEL", "redq:topics"]).trim(), "1");
+    let second = TestServer::start(&cluster.url(), &[]).await;
+    second.wait_serving().await;
+    let mut admin = second.admin().await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut listed = admin
+            .list_topics(pb::ListTopicsRequest {
+                page_size: 100,
+                page_token: String::new(),
+            })
+            .await
+            .expect("ListTopics")
+            .into_inner()
+            .topics
+            .into_iter()
+            .map(|t| t.name)
+            .collect::<Vec<_>>();
+        listed.sort();
+        let mut want = topics.clone();
+        want.sort();
+        if listed == want {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "registry not repaired: {listed:?}, want {want:?}\n{}",
+            second.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        second.log().contains("registered topics missing"),
+        "{}",
+        second.log()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_a_failover_lost_comes_back_without_a_log_flood() {
+    let cluster = RedisCluster::start();
+    let server = TestServer::start(&cluster.url(), &[]).await;
+    server.wait_serving().await;
+    let mut client = server.client().await;
+    let topic = &topic_per_master(&cluster)[0];
+    let stream_key = format!("redq:{{{topic}}}:stream");
+    let master = cluster.master_of(&stream_key);
+    let sub = Sub::deadline(Duration::from_secs(60));
+    let mut stream = subscribe(&mut client, topic, "s", sub.clone()).await;
+    publish(&mut client, topic, ["one"]).await;
+    let got = expect_messages(&mut stream, 1).await;
+    // What a failover can lose (a write not yet replicated): the consumer
+    // group. The subscription then does not exist, so an open stream ends
+    // and acks are refused with NOT_FOUND, once each, not in a loop.
+    cli(master, &["XGROUP", "DESTROY", &stream_key, "s"]);
+    let acked = ack(&mut client, topic, "s", ack_ids_of(&got)).await;
+    assert_eq!(acked.unwrap_err().code(), Code::NotFound);
+    publish(&mut client, topic, ["two"]).await;
+    let ended = tokio::time::timeout(Duration::from_secs(5), stream.message()).await;
+    assert_eq!(
+        ended.expect("the stream ends").unwrap_err().code(),
+        Code::NotFound
+    );
+    // Subscribing again creates it from the earliest entry: nothing is lost,
+    // what was acked in the lost state comes again.
+    let mut again = subscribe(&mut client, topic, "s", sub.clone()).await;
+    publish(&mut client, topic, ["three"]).await;
+    let got = next_messages(&mut again, 3, EVENTUALLY).await;
+    let payloads: Vec<_> = got
+        .iter()
+        .map(|m| m.message.as_ref().expect("a message").payload.clone())
+        .collect();
+    assert_eq!(payloads, ["one", "two", "three"]);
+    // The whole topic lost: the same, and the background loops, which keep
+    // sweeping the registered topic, stay quiet about it.
+    cli(master, &["DEL", &stream_key]);
+    let ended = tokio::time::timeout(Duration::from_secs(5), again.message()).await;
+    assert_eq!(
+        ended.expect("the stream ends").unwrap_err().code(),
+        Code::NotFound
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let log = server.log();
+    let noisy: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("WARN") || l.contains("ERROR") || l.contains("NOGROUP"))
+        .collect();
+    assert!(noisy.is_empty(), "{log}");
+}

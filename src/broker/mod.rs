@@ -8,6 +8,7 @@ mod budget;
 mod delivery;
 pub mod promoter;
 pub mod publish_batches;
+pub mod registry_repair;
 pub mod retention;
 pub mod wakeups;
 

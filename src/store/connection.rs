@@ -419,6 +419,41 @@ impl Connection {
         }
     }
 
+    /// Every key matching `pattern` on every master, by a `SCAN` of each
+    /// (a cursor belongs to one node, so a cluster is scanned node by node,
+    /// never through the cluster connection's routing).
+    pub async fn scan_every_master(&mut self, pattern: &str) -> RedisResult<Vec<String>> {
+        let nodes = match self {
+            Connection::Cluster(conn) => cluster_masters(conn)
+                .await?
+                .into_iter()
+                .map(|(host, port)| Some(SingleNodeRoutingInfo::ByAddress { host, port }))
+                .collect(),
+            _ => vec![None],
+        };
+        let mut keys = Vec::new();
+        for node in nodes {
+            let mut cursor = 0u64;
+            loop {
+                let cmd = scan(cursor, pattern);
+                let reply = match (&mut *self, &node) {
+                    (Connection::Cluster(conn), Some(node)) => {
+                        let routing = RoutingInfo::SingleNode(node.clone());
+                        conn.route_command(cmd, routing).await?
+                    }
+                    _ => cmd.query_async(self).await?,
+                };
+                let (next, page): (u64, Vec<String>) = redis::from_redis_value(reply)?;
+                keys.extend(page);
+                cursor = next;
+                if cursor == 0 {
+                    break;
+                }
+            }
+        }
+        Ok(keys)
+    }
+
     /// Runs `cmd` on every master (the one server when standalone) and
     /// returns each one's reply: for what is per node, not per key
     /// (`INFO`, `CONFIG GET`, `SCAN`).
@@ -462,6 +497,41 @@ pub async fn connect(url: &str) -> RedisResult<Connection> {
             Connection::Sentinel(connection)
         }
     })
+}
+
+/// One `SCAN` page of keys matching `pattern`.
+fn scan(cursor: u64, pattern: &str) -> Cmd {
+    let mut cmd = redis::cmd("SCAN");
+    cmd.arg(cursor)
+        .arg("MATCH")
+        .arg(pattern)
+        .arg("COUNT")
+        .arg(1000);
+    cmd
+}
+
+/// The address of every master of a cluster, from `CLUSTER SLOTS` (each
+/// range: start, end, then its master's host and port first).
+async fn cluster_masters(conn: &mut ClusterConnection) -> RedisResult<Vec<(String, u16)>> {
+    let ranges: Vec<Value> = redis::cmd("CLUSTER").arg("SLOTS").query_async(conn).await?;
+    let mut masters = Vec::new();
+    for range in ranges {
+        let range: Vec<Value> = redis::from_redis_value(range)?;
+        if let Some(master) = range.into_iter().nth(2) {
+            let node: Vec<Value> = redis::from_redis_value(master)?;
+            let mut node = node.into_iter();
+            if let (Some(host), Some(port)) = (node.next(), node.next()) {
+                let address = (
+                    redis::from_redis_value(host)?,
+                    redis::from_redis_value(port)?,
+                );
+                if !masters.contains(&address) {
+                    masters.push(address);
+                }
+            }
+        }
+    }
+    Ok(masters)
 }
 
 #[cfg(test)]

@@ -80,6 +80,33 @@ impl Store {
         Ok(added == 1)
     }
 
+    /// Registers every topic that has messages (a stream or a schedule) on
+    /// some master but is missing from the registry, which lives on another
+    /// master and can lose a recent write in a failover; returns those added.
+    /// A topic deleted meanwhile may come back empty, which is harmless.
+    pub async fn repair_topic_registry(&self) -> Result<Vec<String>> {
+        let mut conn = self.shared();
+        // `s[ct]*`: the stream, the schedule (and the scheduled messages).
+        let found = conn.scan_every_master("redq:{*}:s[ct]*").await?;
+        let mut topics: Vec<String> = found
+            .iter()
+            .filter_map(|key| {
+                let topic = key.strip_prefix("redq:{")?.split('}').next()?;
+                let keys = TopicKeys::new(topic);
+                (*key == keys.stream() || *key == keys.scheduled()).then(|| topic.to_owned())
+            })
+            .collect();
+        topics.sort_unstable();
+        topics.dedup();
+        let mut added = Vec::new();
+        for topic in topics {
+            if self.register_topic(&topic).await? {
+                added.push(topic);
+            }
+        }
+        Ok(added)
+    }
+
     pub async fn topic_exists(&self, topic: &str) -> Result<bool> {
         let mut conn = self.connection().await?;
         let score: Option<f64> = redis::cmd("ZSCORE")
