@@ -4,6 +4,7 @@
 use crate::config::DevArgs;
 use crate::server::{self, BoxError};
 use crate::store::Store;
+use crate::store::connection::RedisAccess;
 use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -39,7 +40,7 @@ async fn serve(args: &DevArgs, url: &str) -> Result<(), BoxError> {
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", args.metrics_listen))?;
     print_welcome(grpc.local_addr()?, &args.dir);
-    let store = Store::new(url, args.settings.redis_pool_size)?
+    let store = Store::new(&RedisAccess::url(url), args.settings.redis_pool_size)?
         .with_replica_wait(args.settings.replica_wait());
     server::run(
         grpc,
@@ -81,7 +82,7 @@ fn start_redis(dir: &Path, socket: &Path) -> Result<Child, BoxError> {
 }
 
 async fn wait_until_ready(url: &str, redis: &mut Child, dir: &Path) -> Result<(), BoxError> {
-    let store = Store::new(url, 1)?;
+    let store = Store::new(&RedisAccess::url(url), 1)?;
     let started = Instant::now();
     loop {
         if store.ping().await.is_ok() {

@@ -13,6 +13,7 @@
 //! - [`bench`]: `redq bench`, load generators against a running server.
 //! - [`cli`]: `redq publish`, `subscribe`, `stats`, `dlq`…: the API from a shell.
 
+pub mod auth;
 pub mod bench;
 pub mod broker;
 pub mod cli;
@@ -22,9 +23,12 @@ pub mod error;
 pub mod grpc;
 pub mod health;
 pub mod metrics;
+pub mod reload;
+pub mod security;
 pub mod server;
 pub mod shutdown;
 pub mod store;
+pub mod tls;
 pub mod workers;
 
 /// Code generated from `proto/`, in modules named after the proto packages
@@ -59,7 +63,8 @@ pub mod pb {
 /// until SIGTERM or SIGINT.
 pub async fn serve(args: config::ServeArgs) -> Result<(), server::BoxError> {
     args.settings.limits.validate()?;
-    let store = store::Store::new(&args.redis_url, args.settings.redis_pool_size)
+    let access = args.redis.access()?;
+    let store = store::Store::new(&access, args.settings.redis_pool_size)
         .map_err(|e| format!("--redis-url: {e}"))?
         .with_replica_wait(args.settings.replica_wait());
     let grpc = tokio::net::TcpListener::bind(args.listen)

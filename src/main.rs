@@ -1,7 +1,7 @@
 //! The `redq` binary: parse configuration, set up logging, run a subcommand.
 
 use clap::Parser;
-use redq::config::{Cli, Command, LogFormat};
+use redq::config::{Cli, Command, LogFormat, TokenCommand};
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
@@ -20,6 +20,7 @@ fn main() -> ExitCode {
         Err(err) => return fail(&first_line(&err.to_string())),
     };
     init_tracing(cli.log_format);
+    redq::tls::install_crypto_provider();
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if matches!(cli.command, Command::Bench(_)) {
         // The bench's client shares the machine with the server and Redis it
@@ -48,6 +49,7 @@ async fn run(command: Command) -> ExitCode {
         Command::Topics(args) => redq::cli::topics(args).await,
         Command::Stats(args) => redq::cli::stats(args).await,
         Command::Dlq(args) => redq::cli::dlq(args).await,
+        Command::Token(TokenCommand::Create(args)) => redq::cli::create_token(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -6,16 +6,22 @@ use crate::config::Settings;
 use crate::grpc::{AdminApi, QueueApi};
 use crate::health::Health;
 use crate::metrics::Metrics;
+use crate::metrics::{Limit, SecurityMetrics};
 use crate::pb;
 use crate::pb::admin_service_server::AdminServiceServer;
 use crate::pb::queue_service_server::QueueServiceServer;
+use crate::security::ServerSecurity;
 use crate::store::Store;
-use crate::workers::Workers;
+use crate::tls::HttpListener;
+use crate::workers::{Accepted, Workers};
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tonic::service::Routes;
+use tonic::service::interceptor::InterceptedService;
 
 /// Detects clients that vanished without closing their connection.
 const TCP_KEEPALIVE: Duration = Duration::from_secs(60);
@@ -51,6 +57,8 @@ pub async fn run(
         subscribe_buffer_bytes: settings.limits.subscribe_buffer_bytes,
     };
     let metrics = Metrics::new(settings.metrics_max_topics);
+    let security = ServerSecurity::new(&settings.security, metrics.security().clone())?;
+    let authorizer = security.authorizer.clone();
     let broker = Broker::new(
         store.clone(),
         broker_settings,
@@ -82,6 +90,12 @@ pub async fn run(
         "hint-listener",
         broker.wakeups().clone().run_hint_listener(stop.clone()),
     );
+    health.spawn_loop(
+        "reloader",
+        security
+            .reloadable
+            .run(settings.security.reload_interval, stop.clone()),
+    );
 
     // Both reflection versions: grpcurl 1.8 only speaks v1alpha.
     let reflection = || {
@@ -89,9 +103,23 @@ pub async fn run(
             .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
     };
+    // Health is always open; reflection needs a token with --auth-reflection.
+    let reflection_check = {
+        let authorizer = authorizer.clone();
+        move |request: tonic::Request<()>| {
+            authorizer.check_reflection(&request)?;
+            Ok(request)
+        }
+    };
     let shared_routes = Routes::new(health_service)
-        .add_service(reflection().build_v1()?)
-        .add_service(reflection().build_v1alpha()?);
+        .add_service(InterceptedService::new(
+            reflection().build_v1()?,
+            reflection_check.clone(),
+        ))
+        .add_service(InterceptedService::new(
+            reflection().build_v1alpha()?,
+            reflection_check,
+        ));
     // Large enough that an oversize payload is reported as INVALID_ARGUMENT
     // naming the message, not rejected as an undecodable request.
     let max_request = (settings.limits.max_payload_bytes as usize * 2).max(16 * 1024 * 1024);
@@ -100,18 +128,33 @@ pub async fn run(
     let workers_stop = stop.clone();
     // Each worker serves the same routes over a Redis connection of its own,
     // so that its calls never wait on another thread.
-    let mut workers = Workers::start(settings.workers(), move |incoming| {
+    let http2 = settings.security.clone();
+    let mut workers = Workers::start(settings.workers(), security.grpc.clone(), move |incoming| {
         let broker = workers_broker.clone();
         let limits = limits.clone();
+        let authorizer = authorizer.clone();
+        let http2 = http2.clone();
         let routes = shared_routes.clone();
         let stop = workers_stop.clone();
         async move {
             let broker = broker.with_store(broker.store().with_own_shared_connection()?);
-            let admin = AdminServiceServer::new(AdminApi::new(broker.clone(), limits.clone()));
-            let queue = QueueServiceServer::new(QueueApi::new(broker, limits))
+            let admin = AdminServiceServer::new(AdminApi::new(
+                broker.clone(),
+                limits.clone(),
+                authorizer.clone(),
+            ));
+            let queue = QueueServiceServer::new(QueueApi::new(broker, limits, authorizer))
                 .max_decoding_message_size(max_request);
-            let routes = routes.add_service(queue).add_service(admin);
+            let routes =
+                crate::grpc::content_type::grpc_only(routes.add_service(queue).add_service(admin));
             tonic::transport::Server::builder()
+                .max_concurrent_streams(http2.max_concurrent_streams)
+                // hyper's guard against streams the server resets for errors
+                // (tonic turns it off by default): RUSTSEC-2024-0003.
+                .http2_max_local_error_reset_streams(Some(LOCAL_RESET_STREAMS))
+                .http2_max_header_list_size(http2.max_header_list_bytes)
+                .http2_keepalive_interval(Some(http2.http2_keepalive_interval))
+                .http2_keepalive_timeout(Some(http2.http2_keepalive_timeout))
                 .add_routes(routes)
                 .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
                 .await?;
@@ -121,12 +164,20 @@ pub async fn run(
     let grpc_server = {
         let stop = stop.clone();
         let workers_finished = workers.finished();
+        let connections = ConnectionSlots {
+            free: Arc::new(Semaphore::new(settings.security.max_connections as usize)),
+            metrics: metrics.security().clone(),
+        };
         async move {
-            tokio::try_join!(accept(grpc, &mut workers, stop), workers_finished)?;
+            tokio::try_join!(
+                accept(grpc, &mut workers, connections, stop),
+                workers_finished
+            )?;
             Ok::<_, BoxError>(())
         }
     };
     let http_routes = health.http_routes().merge(metrics.routes(store));
+    let http = HttpListener::new(http, security.http.clone())?;
     let http_server =
         axum::serve(http, http_routes).with_graceful_shutdown(stop.clone().cancelled_owned());
 
@@ -159,10 +210,22 @@ pub async fn run(
     Ok(())
 }
 
-/// Accepts gRPC connections and hands them to the workers until `stop`.
+/// Streams a connection may have reset for errors before it is closed.
+const LOCAL_RESET_STREAMS: usize = 1024;
+
+/// The places under `--max-connections`.
+struct ConnectionSlots {
+    free: Arc<Semaphore>,
+    metrics: SecurityMetrics,
+}
+
+/// Accepts gRPC connections and hands them to the workers until `stop`. A
+/// connection beyond `--max-connections` is closed at once (rather than
+/// left in the backlog, where its client would wait without knowing).
 async fn accept(
     listener: TcpListener,
     workers: &mut Workers,
+    slots: ConnectionSlots,
     stop: CancellationToken,
 ) -> Result<(), BoxError> {
     loop {
@@ -171,7 +234,13 @@ async fn accept(
             accepted = listener.accept() => accepted,
         };
         match accepted.and_then(|(connection, _)| configure(connection)) {
-            Ok(connection) => workers.assign(connection),
+            Ok(stream) => match slots.free.clone().try_acquire_owned() {
+                Ok(permit) => workers.assign(Accepted { stream, permit }),
+                Err(_) => {
+                    slots.metrics.limited(Limit::Connections);
+                    tracing::debug!("refused a gRPC connection: --max-connections reached");
+                }
+            },
             Err(err) => {
                 // Out of file descriptors, or a connection reset before it
                 // was accepted: try again shortly rather than stop serving.

@@ -13,19 +13,31 @@
 //! to 14 µs (BENCHMARKS.md).
 
 use crate::server::BoxError;
+use crate::tls::{Acceptor, ServerIo};
 use futures::{Stream, StreamExt};
 use std::future::Future;
 use std::io;
 use std::sync::Arc;
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
-/// Connections handed to one worker, registered with its runtime as it takes them.
-pub type Incoming = std::pin::Pin<Box<dyn Stream<Item = io::Result<TcpStream>> + Send>>;
+/// Connections handed to one worker, registered with its runtime as it
+/// takes them, and ready (TLS handshake done) to serve.
+pub type Incoming = std::pin::Pin<Box<dyn Stream<Item = io::Result<ServerIo>> + Send>>;
+
+/// TLS handshakes one worker runs at once; a connection whose handshake
+/// stalls waits out `--tls-handshake-timeout` without delaying the others.
+const CONCURRENT_HANDSHAKES: usize = 256;
+
+/// An accepted connection and its place under `--max-connections`.
+pub struct Accepted {
+    pub stream: std::net::TcpStream,
+    pub permit: OwnedSemaphorePermit,
+}
 
 pub struct Workers {
-    queues: Vec<mpsc::UnboundedSender<std::net::TcpStream>>,
+    queues: Vec<mpsc::UnboundedSender<Accepted>>,
     next: usize,
     finished: Vec<oneshot::Receiver<Result<(), BoxError>>>,
 }
@@ -33,7 +45,7 @@ pub struct Workers {
 impl Workers {
     /// Starts `count` worker threads; each runs `serve(incoming)` on a
     /// runtime of its own until it returns.
-    pub fn start<F, Fut>(count: usize, serve: F) -> io::Result<Self>
+    pub fn start<F, Fut>(count: usize, acceptor: Acceptor, serve: F) -> io::Result<Self>
     where
         F: Fn(Incoming) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<(), BoxError>>,
@@ -45,6 +57,7 @@ impl Workers {
             let (queue, connections) = mpsc::unbounded_channel();
             let (done, done_rx) = oneshot::channel();
             let serve = serve.clone();
+            let acceptor = acceptor.clone();
             std::thread::Builder::new()
                 .name(format!("redq-worker-{index}"))
                 .spawn(move || {
@@ -52,7 +65,9 @@ impl Workers {
                         .enable_all()
                         .build()
                         .map_err(BoxError::from)
-                        .and_then(|runtime| runtime.block_on(serve(incoming(connections))));
+                        .and_then(|runtime| {
+                            runtime.block_on(serve(incoming(connections, acceptor)))
+                        });
                     let _ = done.send(result);
                 })?;
             queues.push(queue);
@@ -66,7 +81,7 @@ impl Workers {
     }
 
     /// Hands an accepted connection to the next worker, round robin.
-    pub fn assign(&mut self, connection: std::net::TcpStream) {
+    pub fn assign(&mut self, connection: Accepted) {
         let queue = &self.queues[self.next];
         self.next = (self.next + 1) % self.queues.len();
         // A worker that has stopped is reported by `finished`.
@@ -87,7 +102,25 @@ impl Workers {
     }
 }
 
-fn incoming(connections: mpsc::UnboundedReceiver<std::net::TcpStream>) -> Incoming {
-    // from_std registers the socket with the runtime that polls this stream.
-    Box::pin(UnboundedReceiverStream::new(connections).map(TcpStream::from_std))
+fn incoming(connections: mpsc::UnboundedReceiver<Accepted>, acceptor: Acceptor) -> Incoming {
+    let ready = UnboundedReceiverStream::new(connections)
+        .map(move |accepted| {
+            let acceptor = acceptor.clone();
+            async move {
+                // from_std registers the socket with the runtime that polls this stream.
+                let tcp = TcpStream::from_std(accepted.stream)?;
+                acceptor.accept(tcp, Some(accepted.permit)).await
+            }
+        })
+        .buffer_unordered(CONCURRENT_HANDSHAKES)
+        .filter_map(|connection| async move {
+            match connection {
+                Ok(connection) => Some(Ok(connection)),
+                Err(err) => {
+                    tracing::debug!(error = %err, "gRPC connection refused");
+                    None
+                }
+            }
+        });
+    Box::pin(ready)
 }

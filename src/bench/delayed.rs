@@ -7,6 +7,7 @@
 //! the benchmark runs beside the server).
 
 use super::{Percentiles, ack, fresh_topic, subscribe};
+use crate::cli::ClientChannel;
 use crate::cli::progress_bar;
 use crate::config::BenchArgs;
 use crate::pb;
@@ -15,7 +16,6 @@ use crate::server::BoxError;
 use bytes::Bytes;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::mpsc;
-use tonic::transport::Channel;
 
 /// Messages per Publish call while scheduling.
 const BATCH: usize = 1000;
@@ -34,7 +34,7 @@ pub struct Lateness {
 }
 
 pub async fn run(
-    client: QueueServiceClient<Channel>,
+    client: QueueServiceClient<ClientChannel>,
     args: &BenchArgs,
 ) -> Result<Vec<Lateness>, BoxError> {
     println!(
@@ -84,7 +84,7 @@ struct Outcome {
 /// Schedules `args.count` messages due from `lead` ahead over `spread` (all at
 /// once when zero), and waits for every one.
 async fn workload(
-    client: &QueueServiceClient<Channel>,
+    client: &QueueServiceClient<ClientChannel>,
     args: &BenchArgs,
     spread: Duration,
 ) -> Result<Outcome, BoxError> {
@@ -162,7 +162,7 @@ async fn workload(
 
 /// Opens one Subscribe stream; reports (arrival µs, due µs) of each message and acks it.
 async fn spawn_subscriber(
-    client: QueueServiceClient<Channel>,
+    client: QueueServiceClient<ClientChannel>,
     topic: String,
     arrivals: mpsc::UnboundedSender<(u64, u64)>,
 ) -> Result<(), BoxError> {

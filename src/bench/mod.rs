@@ -6,6 +6,7 @@ mod streams;
 mod throughput;
 
 use crate::cli;
+use crate::cli::ClientChannel;
 use crate::config::{BenchArgs, BenchScenario};
 use crate::pb;
 use crate::pb::queue_service_client::QueueServiceClient;
@@ -13,14 +14,13 @@ use crate::server::BoxError;
 use bytes::Bytes;
 use std::time::{Duration, Instant};
 use throughput::Row;
-use tonic::transport::Channel;
 
 pub async fn run(mut args: BenchArgs) -> Result<(), BoxError> {
     if args.quick {
         args.count = args.count.min(1000);
         args.spread = args.spread.min(Duration::from_secs(1));
     }
-    let client = cli::queue_client(cli::connect(&args.server).await?);
+    let client = cli::queue_client(cli::connect(&args.server, &args.tls).await?);
     // Any topology; the URL is not printed in errors (it may hold a password).
     let conn = crate::store::connection::connect(&args.redis_url)
         .await
@@ -142,7 +142,7 @@ fn print_table(rows: &[(Row, Option<Row>)]) {
 /// Opens a Subscribe stream of the subscription `bench` with a 60 s ack
 /// deadline; `max_outstanding` 0 takes the server's default.
 async fn subscribe(
-    client: &QueueServiceClient<Channel>,
+    client: &QueueServiceClient<ClientChannel>,
     topic: &str,
     max_outstanding: u32,
 ) -> Result<tonic::Streaming<pb::SubscribeResponse>, BoxError> {
@@ -164,7 +164,7 @@ async fn subscribe(
 
 /// Acknowledges deliveries of the subscription `bench`.
 async fn ack(
-    mut client: QueueServiceClient<Channel>,
+    mut client: QueueServiceClient<ClientChannel>,
     topic: &str,
     ack_ids: Vec<String>,
 ) -> Result<(), tonic::Status> {
@@ -197,7 +197,7 @@ fn since_stamp(epoch: Instant, payload: &[u8]) -> Option<Duration> {
 /// Publishes `count` stamped messages to `topic`, one per call, `per_second`
 /// of them a second.
 fn publish_steadily(
-    mut client: QueueServiceClient<Channel>,
+    mut client: QueueServiceClient<ClientChannel>,
     topic: String,
     per_second: u64,
     count: usize,

@@ -4,6 +4,7 @@
 //! delivery latency beside the same load delivered to one stream per topic.
 
 use super::{Percentiles, ack, fresh_topic, publish_steadily, since_stamp, subscribe};
+use crate::cli::ClientChannel;
 use crate::cli::{self, progress_bar};
 use crate::config::BenchArgs;
 use crate::pb;
@@ -16,9 +17,8 @@ use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::rt::TokioExecutor;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
-use tonic::transport::Channel;
 
-type Client = QueueServiceClient<Channel>;
+type Client = QueueServiceClient<ClientChannel>;
 
 /// Messages per second over all topics, spread evenly.
 const RATE: u64 = 2000;
@@ -80,7 +80,7 @@ async fn load(
         let topic = fresh_topic("streams");
         // A connection per topic: HTTP/2 servers cap the streams of one
         // connection (often at 100 to 200), and real subscribers are many processes.
-        let client = cli::queue_client(cli::connect(&args.server).await?);
+        let client = cli::queue_client(cli::connect(&args.server, &args.tls).await?);
         for _ in 0..per_topic {
             let stream = subscribe(&client, &topic, 0).await?;
             receivers.push(tokio::spawn(receive(

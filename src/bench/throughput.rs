@@ -4,6 +4,7 @@
 //! compares across noisy machines.
 
 use super::{Percentiles, ack, fresh_topic, publish_steadily, since_stamp, subscribe};
+use crate::cli::ClientChannel;
 use crate::cli::progress_bar;
 use crate::config::BenchArgs;
 use crate::pb;
@@ -12,9 +13,8 @@ use crate::server::BoxError;
 use crate::store::connection::{self, Connection};
 use bytes::Bytes;
 use std::time::{Duration, Instant};
-use tonic::transport::Channel;
 
-type Client = QueueServiceClient<Channel>;
+type Client = QueueServiceClient<ClientChannel>;
 
 /// Messages per Publish call in publish-batch, and XADDs per pipeline in its baseline.
 const BATCH: usize = 1000;

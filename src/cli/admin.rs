@@ -14,7 +14,7 @@ const MAX_PAGES: usize = 1_000_000;
 /// `redq topics`: every topic (all pages) with its subscriptions and settings.
 pub async fn topics(args: TopicsArgs) -> Result<(), BoxError> {
     let TopicsArgs { server } = args;
-    let mut admin = admin_client(connect(&server.server).await?);
+    let mut admin = admin_client(connect(&server.server, &server.tls).await?);
     let mut topics = Vec::new();
     let mut page_token = String::new();
     for _ in 0..MAX_PAGES {
@@ -87,7 +87,7 @@ fn retention(settings: &pb::TopicSettings) -> String {
 /// one per consumer.
 pub async fn stats(args: StatsArgs) -> Result<(), BoxError> {
     let StatsArgs { topic, server } = args;
-    let mut admin = admin_client(connect(&server.server).await?);
+    let mut admin = admin_client(connect(&server.server, &server.tls).await?);
     let topic = admin
         .get_topic(pb::GetTopicRequest { name: topic })
         .await
@@ -182,7 +182,7 @@ pub async fn dlq_list(target: DlqTarget, json: bool) -> Result<(), BoxError> {
         subscription,
         server,
     } = target;
-    let mut admin = admin_client(connect(&server.server).await?);
+    let mut admin = admin_client(connect(&server.server, &server.tls).await?);
     let mut table = Table::new(&[
         "DEAD LETTER ID",
         "MESSAGE ID",
@@ -288,7 +288,7 @@ pub async fn dlq_redrive(
         subscription,
         server,
     } = target;
-    let mut admin = admin_client(connect(&server.server).await?);
+    let mut admin = admin_client(connect(&server.server, &server.tls).await?);
     let redriven = admin
         .redrive_dead_letters(pb::RedriveDeadLettersRequest {
             topic,
@@ -317,7 +317,7 @@ pub async fn dlq_purge(target: DlqTarget, ids: Vec<String>, all: bool) -> Result
     if ids.is_empty() && !all {
         return Err("name the dead letters to purge, or pass --all".into());
     }
-    let mut admin = admin_client(connect(&server.server).await?);
+    let mut admin = admin_client(connect(&server.server, &server.tls).await?);
     let purged = admin
         .purge_dead_letters(pb::PurgeDeadLettersRequest {
             topic,

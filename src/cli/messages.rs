@@ -3,6 +3,7 @@
 
 use super::format::{self, payload_inline};
 use super::{connect, print, queue_client, status_error};
+use crate::cli::ClientChannel;
 use crate::config::{CancelArgs, MessageArgs, PublishArgs, ScheduleArgs, StartArg, SubscribeArgs};
 use crate::pb;
 use crate::pb::queue_service_client::QueueServiceClient;
@@ -16,9 +17,8 @@ use std::io::{BufRead, Read};
 use std::path::Path;
 use std::time::Duration;
 use tokio::sync::mpsc;
-use tonic::transport::Channel;
 
-type Client = QueueServiceClient<Channel>;
+type Client = QueueServiceClient<ClientChannel>;
 
 /// With `--lines`, a partial batch is sent once stdin has been quiet this long,
 /// so `tail -f log | redq publish --lines` publishes as lines come.
@@ -45,7 +45,7 @@ pub async fn publish(args: PublishArgs) -> Result<(), BoxError> {
         Some(path) => Some(read_jsonl(path, &template)?),
         None => None,
     };
-    let mut client = queue_client(connect(&server.server).await?);
+    let mut client = queue_client(connect(&server.server, &server.tls).await?);
     let mut publisher = Publisher {
         client: &mut client,
         topic: &topic,
@@ -355,7 +355,7 @@ pub async fn subscribe(args: SubscribeArgs) -> Result<(), BoxError> {
         start,
         server,
     } = args;
-    let mut client = queue_client(connect(&server.server).await?);
+    let mut client = queue_client(connect(&server.server, &server.tls).await?);
     let request = pb::SubscribeRequest {
         topic: topic.clone(),
         subscription: subscription.clone(),
@@ -513,7 +513,7 @@ pub async fn schedule(args: ScheduleArgs) -> Result<(), BoxError> {
         ..template(&message, None, dedupe_id)?
     };
     let delay = delay.map(|d| proto_duration("--delay", d)).transpose()?;
-    let mut client = queue_client(connect(&server.server).await?);
+    let mut client = queue_client(connect(&server.server, &server.tls).await?);
     let response = client
         .schedule_delayed(pb::ScheduleDelayedRequest {
             topic,
@@ -548,7 +548,7 @@ pub async fn cancel(args: CancelArgs) -> Result<(), BoxError> {
         message_id,
         server,
     } = args;
-    let mut client = queue_client(connect(&server.server).await?);
+    let mut client = queue_client(connect(&server.server, &server.tls).await?);
     let cancelled = client
         .cancel_scheduled(pb::CancelScheduledRequest { topic, message_id })
         .await

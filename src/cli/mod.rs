@@ -7,17 +7,23 @@ mod admin;
 mod format;
 pub(crate) use format::progress_bar;
 mod messages;
+mod token;
+
+pub use token::create_token;
 
 use crate::config::{
-    CancelArgs, DlqArgs, DlqCommand, PublishArgs, ScheduleArgs, StatsArgs, SubscribeArgs,
-    TopicsArgs,
+    CancelArgs, ClientTls, DlqArgs, DlqCommand, PublishArgs, ScheduleArgs, StatsArgs,
+    SubscribeArgs, TopicsArgs,
 };
 use crate::pb::admin_service_client::AdminServiceClient;
 use crate::pb::queue_service_client::QueueServiceClient;
 use crate::server::BoxError;
 use std::io::Write;
 use std::time::Duration;
-use tonic::transport::{Channel, Endpoint};
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::Interceptor;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 use tonic::{Code, Status};
 
 /// Largest gRPC message a client sends or accepts (the server's limits apply too).
@@ -76,26 +82,82 @@ fn unless_stdout_closed(result: Result<(), BoxError>) -> Result<(), BoxError> {
     })
 }
 
-/// A channel to `server`, connected (so a wrong address fails here, in one line).
-pub async fn connect(server: &str) -> Result<Channel, BoxError> {
-    let endpoint = Endpoint::from_shared(server.to_string())
+/// What every client call goes through: the channel, and the interceptor
+/// that adds the token.
+pub type ClientChannel = InterceptedService<Channel, Credentials>;
+
+/// Adds `authorization: Bearer <token>` to every call, when there is a token.
+#[derive(Clone)]
+pub struct Credentials {
+    authorization: Option<MetadataValue<Ascii>>,
+}
+
+impl Interceptor for Credentials {
+    fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, Status> {
+        if let Some(value) = &self.authorization {
+            request
+                .metadata_mut()
+                .insert("authorization", value.clone());
+        }
+        Ok(request)
+    }
+}
+
+/// A channel to `server`, connected (so a wrong address fails here, in one
+/// line); TLS for `https://`, with the CA and client certificate of `tls`.
+pub async fn connect(server: &str, tls: &ClientTls) -> Result<ClientChannel, BoxError> {
+    let mut endpoint = Endpoint::from_shared(server.to_string())
         .map_err(|e| format!("--server {server}: {}", chain(&e)))?
         .connect_timeout(Duration::from_secs(10));
-    endpoint
+    if server.starts_with("https://") {
+        let mut config = ClientTlsConfig::new();
+        if let Some(ca) = &tls.tls_ca {
+            let pem = std::fs::read(ca).map_err(|e| format!("--tls-ca {}: {e}", ca.display()))?;
+            config = config.ca_certificate(Certificate::from_pem(pem));
+        } else {
+            config = config.with_enabled_roots();
+        }
+        if let (Some(cert), Some(key)) = (&tls.tls_cert, &tls.tls_key) {
+            let read = |path: &std::path::PathBuf, flag: &str| {
+                std::fs::read(path).map_err(|e| format!("{flag} {}: {e}", path.display()))
+            };
+            config = config.identity(Identity::from_pem(
+                read(cert, "--tls-cert")?,
+                read(key, "--tls-key")?,
+            ));
+        }
+        endpoint = endpoint
+            .tls_config(config)
+            .map_err(|e| format!("--server {server}: {}", chain(&e)))?;
+    }
+    let authorization = tls
+        .token
+        .as_ref()
+        .map(|token| {
+            format!("Bearer {token}")
+                .parse::<MetadataValue<Ascii>>()
+                .map_err(|_| "--token: not a valid header value")
+        })
+        .transpose()?;
+    let channel = endpoint
         .connect()
         .await
-        .map_err(|e| format!("cannot reach {server}: {}", chain(&e)).into())
+        .map_err(|e| format!("cannot reach {server}: {}", chain(&e)))?;
+    Ok(InterceptedService::new(
+        channel,
+        Credentials { authorization },
+    ))
 }
 
 /// A QueueService client on `channel` that accepts large batches.
-pub fn queue_client(channel: Channel) -> QueueServiceClient<Channel> {
+pub fn queue_client(channel: ClientChannel) -> QueueServiceClient<ClientChannel> {
     QueueServiceClient::new(channel)
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES)
 }
 
 /// An AdminService client on `channel` that accepts large pages.
-pub fn admin_client(channel: Channel) -> AdminServiceClient<Channel> {
+pub fn admin_client(channel: ClientChannel) -> AdminServiceClient<ClientChannel> {
     AdminServiceClient::new(channel)
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES)

@@ -1,6 +1,7 @@
 //! `redq.v1.AdminService`: validate and convert, call the broker, convert back.
 
 use super::convert;
+use crate::auth::{Action, Authorizer, Resource};
 use crate::broker::{Broker, SeekTarget, SubscriptionView, TopicView};
 use crate::config::Limits;
 use crate::error::{Error, Result};
@@ -21,11 +22,28 @@ const DEFAULT_REDRIVE_RATE: u32 = 1000;
 pub struct AdminApi {
     broker: Broker,
     limits: Limits,
+    authorizer: Authorizer,
 }
 
 impl AdminApi {
-    pub fn new(broker: Broker, limits: Limits) -> Self {
-        Self { broker, limits }
+    pub fn new(broker: Broker, limits: Limits, authorizer: Authorizer) -> Self {
+        Self {
+            broker,
+            limits,
+            authorizer,
+        }
+    }
+
+    /// Whether the caller may do `action` on `resource`: asked before anything else.
+    fn allowed<T>(
+        &self,
+        request: &Request<T>,
+        action: Action,
+        resource: Resource<'_>,
+    ) -> Result<(), Status> {
+        self.authorizer
+            .authorize(request, action, resource)
+            .map(|_| ())
     }
 }
 
@@ -35,6 +53,11 @@ impl AdminService for AdminApi {
         &self,
         request: Request<pb::CreateTopicRequest>,
     ) -> Result<Response<pb::Topic>, Status> {
+        self.allowed(
+            &request,
+            Action::Manage,
+            Resource::topic(&request.get_ref().name),
+        )?;
         let pb::CreateTopicRequest { name, settings } = request.into_inner();
         convert::check_name("name", &name)?;
         let settings = topic_settings(settings.unwrap_or_default(), &self.limits)?;
@@ -46,6 +69,11 @@ impl AdminService for AdminApi {
         &self,
         request: Request<pb::GetTopicRequest>,
     ) -> Result<Response<pb::Topic>, Status> {
+        self.allowed(
+            &request,
+            Action::View,
+            Resource::topic(&request.get_ref().name),
+        )?;
         let pb::GetTopicRequest { name } = request.into_inner();
         convert::check_name("name", &name)?;
         Ok(Response::new(topic_pb(self.broker.topic(&name).await?)))
@@ -55,6 +83,7 @@ impl AdminService for AdminApi {
         &self,
         request: Request<pb::ListTopicsRequest>,
     ) -> Result<Response<pb::ListTopicsResponse>, Status> {
+        let caller = self.authorizer.authenticate(&request)?;
         let pb::ListTopicsRequest {
             page_size,
             page_token,
@@ -65,8 +94,14 @@ impl AdminService for AdminApi {
         }
         let after = Some(page_token.as_str()).filter(|t| !t.is_empty());
         let (topics, next) = self.broker.topics(after, page_size).await?;
+        // Only what the caller may view: a page can come back short, or
+        // empty with a next page.
+        let topics = topics.into_iter().filter(|t| {
+            self.authorizer
+                .may(&caller, Action::View, Resource::topic(&t.name))
+        });
         Ok(Response::new(pb::ListTopicsResponse {
-            topics: topics.into_iter().map(topic_pb).collect(),
+            topics: topics.map(topic_pb).collect(),
             next_page_token: next.unwrap_or_default(),
         }))
     }
@@ -75,6 +110,11 @@ impl AdminService for AdminApi {
         &self,
         request: Request<pb::UpdateTopicRequest>,
     ) -> Result<Response<pb::Topic>, Status> {
+        self.allowed(
+            &request,
+            Action::Manage,
+            Resource::topic(&request.get_ref().name),
+        )?;
         let pb::UpdateTopicRequest { name, settings } = request.into_inner();
         convert::check_name("name", &name)?;
         let settings = topic_settings(settings.unwrap_or_default(), &self.limits)?;
@@ -87,6 +127,11 @@ impl AdminService for AdminApi {
         &self,
         request: Request<pb::DeleteTopicRequest>,
     ) -> Result<Response<pb::DeleteTopicResponse>, Status> {
+        self.allowed(
+            &request,
+            Action::Manage,
+            Resource::topic(&request.get_ref().name),
+        )?;
         let pb::DeleteTopicRequest { name } = request.into_inner();
         convert::check_name("name", &name)?;
         self.broker.delete_topic(&name).await?;
@@ -97,6 +142,12 @@ impl AdminService for AdminApi {
         &self,
         request: Request<pb::CreateSubscriptionRequest>,
     ) -> Result<Response<pb::Subscription>, Status> {
+        let names = request.get_ref();
+        self.allowed(
+            &request,
+            Action::Manage,
+            Resource::subscription(&names.topic, &names.name),
+        )?;
         let pb::CreateSubscriptionRequest {
             topic,
             name,
@@ -116,6 +167,12 @@ impl AdminService for AdminApi {
         &self,
         request: Request<pb::GetSubscriptionRequest>,
     ) -> Result<Response<pb::Subscription>, Status> {
+        let names = request.get_ref();
+        self.allowed(
+            &request,
+            Action::View,
+            Resource::subscription(&names.topic, &names.name),
+        )?;
         let pb::GetSubscriptionRequest { topic, name } = request.into_inner();
         convert::check_name("topic", &topic)?;
         convert::check_name("name", &name)?;
@@ -128,11 +185,26 @@ impl AdminService for AdminApi {
         &self,
         request: Request<pb::ListSubscriptionsRequest>,
     ) -> Result<Response<pb::ListSubscriptionsResponse>, Status> {
+        let caller = self.authorizer.authenticate(&request)?;
         let pb::ListSubscriptionsRequest { topic } = request.into_inner();
         convert::check_name("topic", &topic)?;
-        let subscriptions = self.broker.subscriptions(&topic).await?;
+        let may_view_topic = self
+            .authorizer
+            .may(&caller, Action::View, Resource::topic(&topic));
+        let subscriptions = match self.broker.subscriptions(&topic).await {
+            // Whether the topic exists is for those who may view it.
+            Err(Error::NotFound(_)) if !may_view_topic => Vec::new(),
+            other => other?,
+        };
+        let subscriptions = subscriptions.into_iter().filter(|s| {
+            self.authorizer.may(
+                &caller,
+                Action::View,
+                Resource::subscription(&topic, &s.name),
+            )
+        });
         Ok(Response::new(pb::ListSubscriptionsResponse {
-            subscriptions: subscriptions.into_iter().map(subscription_pb).collect(),
+            subscriptions: subscriptions.map(subscription_pb).collect(),
         }))
     }
 
@@ -140,6 +212,12 @@ impl AdminService for AdminApi {
         &self,
         request: Request<pb::UpdateSubscriptionRequest>,
     ) -> Result<Response<pb::Subscription>, Status> {
+        let names = request.get_ref();
+        self.allowed(
+            &request,
+            Action::Manage,
+            Resource::subscription(&names.topic, &names.name),
+        )?;
         let pb::UpdateSubscriptionRequest {
             topic,
             name,
@@ -159,6 +237,12 @@ impl AdminService for AdminApi {
         &self,
         request: Request<pb::DeleteSubscriptionRequest>,
     ) -> Result<Response<pb::DeleteSubscriptionResponse>, Status> {
+        let names = request.get_ref();
+        self.allowed(
+            &request,
+            Action::Manage,
+            Resource::subscription(&names.topic, &names.name),
+        )?;
         let pb::DeleteSubscriptionRequest { topic, name } = request.into_inner();
         convert::check_name("topic", &topic)?;
         convert::check_name("name", &name)?;
@@ -170,6 +254,12 @@ impl AdminService for AdminApi {
         &self,
         request: Request<pb::ListDeadLettersRequest>,
     ) -> Result<Response<pb::ListDeadLettersResponse>, Status> {
+        let names = request.get_ref();
+        self.allowed(
+            &request,
+            Action::Browse,
+            Resource::subscription(&names.topic, &names.subscription),
+        )?;
         let pb::ListDeadLettersRequest {
             topic,
             subscription,
@@ -197,6 +287,12 @@ impl AdminService for AdminApi {
         &self,
         request: Request<pb::RedriveDeadLettersRequest>,
     ) -> Result<Response<pb::RedriveDeadLettersResponse>, Status> {
+        let names = request.get_ref();
+        self.allowed(
+            &request,
+            Action::Manage,
+            Resource::subscription(&names.topic, &names.subscription),
+        )?;
         let pb::RedriveDeadLettersRequest {
             topic,
             subscription,
@@ -222,6 +318,12 @@ impl AdminService for AdminApi {
         &self,
         request: Request<pb::PurgeDeadLettersRequest>,
     ) -> Result<Response<pb::PurgeDeadLettersResponse>, Status> {
+        let names = request.get_ref();
+        self.allowed(
+            &request,
+            Action::Manage,
+            Resource::subscription(&names.topic, &names.subscription),
+        )?;
         let pb::PurgeDeadLettersRequest {
             topic,
             subscription,
@@ -241,6 +343,12 @@ impl AdminService for AdminApi {
         &self,
         request: Request<pb::SeekRequest>,
     ) -> Result<Response<pb::SeekResponse>, Status> {
+        let names = request.get_ref();
+        self.allowed(
+            &request,
+            Action::Manage,
+            Resource::subscription(&names.topic, &names.subscription),
+        )?;
         let pb::SeekRequest {
             topic,
             subscription,

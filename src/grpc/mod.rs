@@ -2,7 +2,9 @@
 //! No Redis types appear here.
 
 mod admin;
+mod authorized;
 pub mod codec;
+pub mod content_type;
 pub mod convert;
 mod publish_stream;
 mod queue;

@@ -5,6 +5,7 @@
 //! write is in flight (on this stream or others) are written together.
 
 use super::convert;
+use crate::auth::{Action, Authorizer, Caller, Resource};
 use crate::broker::Broker;
 use crate::config::Limits;
 use crate::error::Error;
@@ -26,6 +27,7 @@ pub type Responses = ReceiverStream<Result<pb::PublishStreamResponse, Status>>;
 pub fn serve(
     broker: Broker,
     limits: Limits,
+    (authorizer, caller): (Authorizer, Caller),
     mut inbound: Streaming<pb::PublishStreamRequest>,
 ) -> Responses {
     let (responses, receiver) = mpsc::channel(MAX_UNANSWERED);
@@ -54,12 +56,21 @@ pub fn serve(
                 topic,
                 messages,
             } = request;
+            // Each request by the grants in force when it arrives.
+            let allowed = authorizer.refresh(&caller).and_then(|caller| {
+                authorizer.check(&caller, Action::Publish, Resource::topic(&topic))?;
+                authorizer.take_publish_rate(&caller, messages.len())
+            });
+            if let Err(status) = allowed {
+                let _ = responses.send(Ok(failed(request_id, status))).await;
+                continue;
+            }
             let checked = convert::check_name("topic", &topic)
                 .and_then(|()| convert::publish_messages(messages, &limits));
             let messages = match checked {
                 Ok(messages) => messages,
                 Err(err) => {
-                    let _ = responses.send(Ok(failed(request_id, err))).await;
+                    let _ = responses.send(Ok(failed(request_id, err.into()))).await;
                     continue;
                 }
             };
@@ -68,8 +79,8 @@ pub fn serve(
             tokio::spawn(async move {
                 let response = match reply.await {
                     Ok(Ok(published)) => answered(request_id, published),
-                    Ok(Err(err)) => failed(request_id, err),
-                    Err(_dropped) => failed(request_id, Error::ShuttingDown),
+                    Ok(Err(err)) => failed(request_id, err.into()),
+                    Err(_dropped) => failed(request_id, Error::ShuttingDown.into()),
                 };
                 let _ = responses.send(Ok(response)).await;
                 drop(permit);
@@ -98,8 +109,7 @@ fn answered(request_id: u64, published: Vec<Published>) -> pb::PublishStreamResp
     }
 }
 
-fn failed(request_id: u64, err: Error) -> pb::PublishStreamResponse {
-    let status = Status::from(err);
+fn failed(request_id: u64, status: Status) -> pb::PublishStreamResponse {
     pb::PublishStreamResponse {
         request_id,
         status: Some(pb::rpc::Status {

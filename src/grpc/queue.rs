@@ -1,14 +1,13 @@
 //! `redq.v1.QueueService`: validate and convert, call the broker, convert back.
 
-use super::{convert, publish_stream, streaming_subscribe};
+use super::{authorized, convert, publish_stream, streaming_subscribe};
+use crate::auth::{Action, Authorizer, Resource};
 use crate::broker::Broker;
 use crate::config::Limits;
 use crate::error::Error;
 use crate::pb;
 use crate::pb::queue_service_server::QueueService;
 use crate::store::stream::Due;
-use futures::Stream;
-use std::pin::Pin;
 use std::time::Instant;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
@@ -17,15 +16,47 @@ use tonic::{Request, Response, Status, Streaming};
 pub struct QueueApi {
     broker: Broker,
     limits: Limits,
+    authorizer: Authorizer,
 }
 
 impl QueueApi {
-    pub fn new(broker: Broker, limits: Limits) -> Self {
-        Self { broker, limits }
+    pub fn new(broker: Broker, limits: Limits, authorizer: Authorizer) -> Self {
+        Self {
+            broker,
+            limits,
+            authorizer,
+        }
+    }
+
+    /// Whether the caller may publish to `topic`: asked before anything else.
+    fn may_publish<T>(
+        &self,
+        request: &Request<T>,
+        topic: &str,
+        messages: usize,
+    ) -> Result<(), Status> {
+        let caller = self
+            .authorizer
+            .authorize(request, Action::Publish, Resource::topic(topic))?;
+        self.authorizer.take_publish_rate(&caller, messages)
+    }
+
+    /// Whether the caller may subscribe to (and ack on) `subscription` of `topic`.
+    fn may_subscribe<T>(
+        &self,
+        request: &Request<T>,
+        topic: &str,
+        subscription: &str,
+    ) -> Result<crate::auth::Caller, Status> {
+        self.authorizer.authorize(
+            request,
+            Action::Subscribe,
+            Resource::subscription(topic, subscription),
+        )
     }
 }
 
-type SubscribeStream = Pin<Box<dyn Stream<Item = Result<pb::SubscribeResponse, Status>> + Send>>;
+type SubscribeStream = authorized::Guarded<pb::SubscribeResponse>;
 
 #[tonic::async_trait]
 impl QueueService for QueueApi {
@@ -34,6 +65,8 @@ impl QueueService for QueueApi {
         request: Request<pb::PublishRequest>,
     ) -> Result<Response<pb::PublishResponse>, Status> {
         let started = Instant::now();
+        let publish = request.get_ref();
+        self.may_publish(&request, &publish.topic, publish.messages.len())?;
         let pb::PublishRequest { topic, messages } = request.into_inner();
         convert::check_name("topic", &topic)?;
         let messages = convert::publish_messages(messages, &self.limits)?;
@@ -49,6 +82,7 @@ impl QueueService for QueueApi {
         &self,
         request: Request<pb::ScheduleDelayedRequest>,
     ) -> Result<Response<pb::ScheduleDelayedResponse>, Status> {
+        self.may_publish(&request, &request.get_ref().topic, 1)?;
         let pb::ScheduleDelayedRequest {
             topic,
             message,
@@ -74,6 +108,7 @@ impl QueueService for QueueApi {
         &self,
         request: Request<pb::CancelScheduledRequest>,
     ) -> Result<Response<pb::CancelScheduledResponse>, Status> {
+        self.may_publish(&request, &request.get_ref().topic, 0)?;
         let pb::CancelScheduledRequest { topic, message_id } = request.into_inner();
         convert::check_name("topic", &topic)?;
         convert::message_id(&message_id)?;
@@ -85,6 +120,7 @@ impl QueueService for QueueApi {
         &self,
         request: Request<pb::RescheduleDelayedRequest>,
     ) -> Result<Response<pb::RescheduleDelayedResponse>, Status> {
+        self.may_publish(&request, &request.get_ref().topic, 0)?;
         let pb::RescheduleDelayedRequest {
             topic,
             message_id,
@@ -107,10 +143,22 @@ impl QueueService for QueueApi {
         &self,
         request: Request<pb::SubscribeRequest>,
     ) -> Result<Response<SubscribeStream>, Status> {
+        let names = (
+            request.get_ref().topic.clone(),
+            request.get_ref().subscription.clone(),
+        );
+        let caller = self.may_subscribe(&request, &names.0, &names.1)?;
+        let slot = self.authorizer.open_stream(&caller)?;
         let options = convert::subscribe_options(request.into_inner(), &self.limits)?;
         let subscription = self.broker.subscribe(options).await?;
         let responses = ReceiverStream::new(subscription.deliveries).map(convert::deliveries);
-        Ok(Response::new(Box::pin(responses)))
+        Ok(Response::new(authorized::until_revoked(
+            responses,
+            self.authorizer.clone(),
+            caller,
+            names,
+            slot,
+        )))
     }
 
     type PublishStreamStream = publish_stream::Responses;
@@ -119,10 +167,12 @@ impl QueueService for QueueApi {
         &self,
         request: Request<Streaming<pb::PublishStreamRequest>>,
     ) -> Result<Response<Self::PublishStreamStream>, Status> {
+        let caller = self.authorizer.authenticate(&request)?;
         let inbound = request.into_inner();
         Ok(Response::new(publish_stream::serve(
             self.broker.clone(),
             self.limits.clone(),
+            (self.authorizer.clone(), caller),
             inbound,
         )))
     }
@@ -133,9 +183,15 @@ impl QueueService for QueueApi {
         &self,
         request: Request<Streaming<pb::StreamingSubscribeRequest>>,
     ) -> Result<Response<Self::StreamingSubscribeStream>, Status> {
+        let caller = self.authorizer.authenticate(&request)?;
         let inbound = request.into_inner();
-        let responses =
-            streaming_subscribe::serve(self.broker.clone(), self.limits.clone(), inbound).await?;
+        let responses = streaming_subscribe::serve(
+            self.broker.clone(),
+            self.limits.clone(),
+            (self.authorizer.clone(), caller),
+            inbound,
+        )
+        .await?;
         Ok(Response::new(responses))
     }
 
@@ -143,6 +199,8 @@ impl QueueService for QueueApi {
         &self,
         request: Request<pb::AckRequest>,
     ) -> Result<Response<pb::AckResponse>, Status> {
+        let names = request.get_ref();
+        self.may_subscribe(&request, &names.topic, &names.subscription)?;
         let pb::AckRequest {
             topic,
             subscription,
@@ -157,6 +215,8 @@ impl QueueService for QueueApi {
         &self,
         request: Request<pb::NackRequest>,
     ) -> Result<Response<pb::NackResponse>, Status> {
+        let names = request.get_ref();
+        self.may_subscribe(&request, &names.topic, &names.subscription)?;
         let pb::NackRequest {
             topic,
             subscription,
@@ -175,6 +235,8 @@ impl QueueService for QueueApi {
         &self,
         request: Request<pb::ModifyAckDeadlineRequest>,
     ) -> Result<Response<pb::ModifyAckDeadlineResponse>, Status> {
+        let names = request.get_ref();
+        self.may_subscribe(&request, &names.topic, &names.subscription)?;
         let pb::ModifyAckDeadlineRequest {
             topic,
             subscription,

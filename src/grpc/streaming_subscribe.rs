@@ -4,6 +4,7 @@
 //! being applied are applied together next: one script call per kind.
 
 use super::convert;
+use crate::auth::{Action, Authorizer, Caller, Resource};
 use crate::broker::ack_id::{self, AckId};
 use crate::broker::{Broker, FlowControl};
 use crate::config::Limits;
@@ -28,6 +29,7 @@ pub type Responses =
 pub async fn serve(
     broker: Broker,
     limits: Limits,
+    (authorizer, caller): (Authorizer, Caller),
     mut inbound: Streaming<pb::StreamingSubscribeRequest>,
 ) -> Result<Responses, Status> {
     let first = inbound
@@ -38,6 +40,13 @@ pub async fn serve(
         .subscribe
         .clone()
         .ok_or_else(|| Error::invalid("subscribe", "the first request must open the stream"))?;
+    let names = (subscribe.topic.clone(), subscribe.subscription.clone());
+    authorizer.check(
+        &caller,
+        Action::Subscribe,
+        Resource::subscription(&names.0, &names.1),
+    )?;
+    let slot = authorizer.open_stream(&caller)?;
     let options = convert::subscribe_options(subscribe, &limits)?;
     let stream = Lease {
         topic: options.topic.clone(),
@@ -59,7 +68,10 @@ pub async fn serve(
     let deliveries =
         futures::StreamExt::take_until(ReceiverStream::new(subscription.deliveries), stopped)
             .map(convert::deliveries);
-    Ok(Box::pin(deliveries.merge(ReceiverStream::new(confirmed))))
+    let responses = deliveries.merge(ReceiverStream::new(confirmed));
+    Ok(super::authorized::until_revoked(
+        responses, authorizer, caller, names, slot,
+    ))
 }
 
 /// The topic and subscription of the stream.

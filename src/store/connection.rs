@@ -12,7 +12,8 @@ use redis::cluster_routing::{
 };
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use redis::{
-    AsyncConnectionConfig, Cmd, ConnectionAddr, Pipeline, RedisFuture, RedisResult, Value,
+    AsyncConnectionConfig, Cmd, ConnectionAddr, IntoConnectionInfo, Pipeline, RedisFuture,
+    RedisResult, Value,
 };
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -141,11 +142,103 @@ impl Topology {
     }
 }
 
+/// How to reach Redis: `--redis-url`, and what proves redq to it and it to
+/// redq (`--redis-password-file`, `--redis-ca-file`, Redis mTLS).
+#[derive(Clone)]
+pub struct RedisAccess {
+    pub url: String,
+    /// Overrides a password in the URL.
+    pub password: Option<String>,
+    /// For `rediss://` URLs: a private CA, a client certificate.
+    pub certificates: Option<redis::TlsCertificates>,
+}
+
+impl std::fmt::Debug for RedisAccess {
+    /// Without the URL or the password.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisAccess").finish_non_exhaustive()
+    }
+}
+
+impl RedisAccess {
+    pub fn url(url: &str) -> Self {
+        Self {
+            url: url.to_owned(),
+            password: None,
+            certificates: None,
+        }
+    }
+
+    /// A client for one server's `url` (of the topology), with the password
+    /// and, for `rediss://`, the certificates.
+    pub fn client(&self, url: &str) -> RedisResult<redis::Client> {
+        let mut info = url.into_connection_info()?;
+        if let Some(password) = &self.password {
+            let settings = info.redis_settings().clone().set_password(password);
+            info = info.set_redis_settings(settings);
+        }
+        match &self.certificates {
+            Some(certificates) if url.starts_with("rediss://") => {
+                redis::Client::build_with_tls(info, certificates.clone())
+            }
+            _ => redis::Client::open(info),
+        }
+    }
+
+    /// The cluster client of `seeds`, with the password and certificates.
+    pub fn cluster_client(&self, seeds: &[String]) -> RedisResult<ClusterClient> {
+        let mut builder = cluster_builder(seeds);
+        if let Some(password) = &self.password {
+            builder = builder.password(password.clone());
+        }
+        if let Some(certificates) = &self.certificates {
+            builder = builder.certs(certificates.clone());
+        }
+        builder.build()
+    }
+
+    /// The Sentinels of `target`, with the master's password.
+    pub fn sentinel(&self, target: &SentinelTarget) -> RedisResult<SentinelConnector> {
+        let mut target = target.clone();
+        if self.password.is_some() {
+            target.password = self.password.clone();
+        }
+        SentinelConnector::new(&target)
+    }
+}
+
+/// A bb8 pool's connections to one server, made by a client that may carry
+/// TLS certificates (bb8-redis' manager takes only a URL).
+#[derive(Clone)]
+pub struct PoolManager(pub redis::Client);
+
+impl bb8::ManageConnection for PoolManager {
+    type Connection = MultiplexedConnection;
+    type Error = redis::RedisError;
+
+    async fn connect(&self) -> RedisResult<MultiplexedConnection> {
+        self.0.get_multiplexed_async_connection().await
+    }
+
+    async fn is_valid(&self, conn: &mut MultiplexedConnection) -> RedisResult<()> {
+        let _: String = redis::cmd("PING").query_async(conn).await?;
+        Ok(())
+    }
+
+    fn has_broken(&self, _: &mut MultiplexedConnection) -> bool {
+        false
+    }
+}
+
 /// The cluster client, with explicit timeouts: the builder has no response
 /// timeout by default, and waits at least 1.28 s between retries. A request
 /// with its retries and redirections (MOVED, ASK during a migration) takes at
 /// most 15 s: a blocking read's 5 s block, then a retry elsewhere.
 pub fn cluster_client(seeds: &[String]) -> RedisResult<ClusterClient> {
+    cluster_builder(seeds).build()
+}
+
+fn cluster_builder(seeds: &[String]) -> ClusterClientBuilder {
     ClusterClientBuilder::new(seeds.to_vec())
         .connection_timeout(Duration::from_secs(2))
         .response_timeout(Duration::from_secs(5))
@@ -153,7 +246,6 @@ pub fn cluster_client(seeds: &[String]) -> RedisResult<ClusterClient> {
         .retries(6)
         .min_retry_wait(50)
         .max_retry_wait(1000)
-        .build()
 }
 
 /// A cluster connection that connects in the background: a server must

@@ -12,8 +12,9 @@ pub mod stream;
 pub mod topics;
 
 use crate::error::Result;
-use bb8_redis::RedisConnectionManager;
-use connection::{Connection, SentinelConnection, SentinelConnector, Topology};
+use connection::{
+    Connection, PoolManager, RedisAccess, SentinelConnection, SentinelConnector, Topology,
+};
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
@@ -58,13 +59,14 @@ pub struct Store {
 enum Backend {
     Standalone {
         client: Client,
-        pool: bb8::Pool<RedisConnectionManager>,
+        pool: bb8::Pool<PoolManager>,
     },
     Cluster {
         client: Box<ClusterClient>,
         /// For background loops and admin calls.
         background: ClusterConnection,
         seeds: Vec<String>,
+        access: RedisAccess,
     },
     Sentinel {
         connector: Arc<SentinelConnector>,
@@ -109,7 +111,7 @@ async fn ping(mut connection: impl ConnectionLike) -> Result<()> {
 /// standalone (returned on drop); the multiplexed background connection on a
 /// cluster or behind Sentinel.
 pub enum PooledConnection<'a> {
-    Pooled(bb8::PooledConnection<'a, RedisConnectionManager>),
+    Pooled(bb8::PooledConnection<'a, PoolManager>),
     Multiplexed(Connection),
 }
 
@@ -118,14 +120,14 @@ connection::delegate_connection_like!(PooledConnection<'_>: PooledConnection::Po
 impl Store {
     /// Prepares connections to `url` without connecting: a server must start,
     /// and report NOT_SERVING, while Redis is still unreachable.
-    pub fn new(url: &str, pool_size: u32) -> Result<Self, redis::RedisError> {
-        let topology = Topology::parse(url).map_err(|why| {
+    pub fn new(access: &RedisAccess, pool_size: u32) -> Result<Self, redis::RedisError> {
+        let topology = Topology::parse(&access.url).map_err(|why| {
             redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, "bad URL", why))
         })?;
         let backend = match topology {
             Topology::Standalone(url) => {
-                let client = Client::open(url.as_str())?;
-                let manager = RedisConnectionManager::new(url.as_str())?;
+                let client = access.client(&url)?;
+                let manager = PoolManager(client.clone());
                 let pool = bb8::Pool::builder()
                     .max_size(pool_size)
                     .connection_timeout(Duration::from_secs(2))
@@ -133,16 +135,17 @@ impl Store {
                 Backend::Standalone { client, pool }
             }
             Topology::Cluster(seeds) => {
-                let client = Box::new(connection::cluster_client(&seeds)?);
+                let client = Box::new(access.cluster_client(&seeds)?);
                 let background = connection::lazy_cluster_connection(&client, RESPONSE_TIMEOUT);
                 Backend::Cluster {
                     client,
                     background,
                     seeds,
+                    access: access.clone(),
                 }
             }
             Topology::Sentinel(target) => {
-                let connector = Arc::new(SentinelConnector::new(&target)?);
+                let connector = Arc::new(access.sentinel(&target)?);
                 let background = SentinelConnection::new(connector.clone(), RESPONSE_TIMEOUT);
                 Backend::Sentinel {
                     connector,
@@ -282,10 +285,10 @@ impl Store {
     pub async fn pubsub(&self) -> Result<redis::aio::PubSub> {
         match &self.backend {
             Backend::Standalone { client, .. } => Ok(client.get_async_pubsub().await?),
-            Backend::Cluster { seeds, .. } => {
+            Backend::Cluster { seeds, access, .. } => {
                 let mut last = None;
                 for seed in seeds {
-                    match Client::open(seed.as_str())?.get_async_pubsub().await {
+                    match access.client(seed)?.get_async_pubsub().await {
                         Ok(pubsub) => return Ok(pubsub),
                         Err(err) => last = Some(err),
                     }

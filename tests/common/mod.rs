@@ -13,6 +13,7 @@
 
 pub mod cluster;
 pub mod load;
+pub mod security;
 pub mod sentinel;
 
 use std::collections::{HashMap, HashSet};

@@ -68,3 +68,59 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- $set }}
 {{- end }}
 {{- end }}
+
+{{/*
+The Secrets mounted into the pod, as {"volumes": [...]}: each has a volume
+name, the Secret, the directory it is mounted at, and the files redq reads
+from it ({REDQ_* variable: key}). Each is mounted as a whole directory, never
+with subPath: the kubelet updates a Secret volume by swapping a symlink, which
+a subPath mount never sees, and redq re-reads the files every reloadInterval.
+The Deployment mounts these; the ConfigMap points the REDQ_* variables at them.
+*/}}
+{{- define "redq.secretVolumes" -}}
+{{- $v := .Values }}
+{{- $vols := list }}
+{{- if $v.tls.enabled }}
+{{- if not $v.tls.secretName }}
+{{- fail "tls.enabled needs tls.secretName: a kubernetes.io/tls Secret with tls.crt and tls.key (e.g. a cert-manager Certificate's secretName)" }}
+{{- end }}
+{{- $files := dict "REDQ_TLS_CERT" "tls.crt" "REDQ_TLS_KEY" "tls.key" }}
+{{- if and $v.tls.clientAuth (not $v.tls.clientCaSecretName) }}
+{{- $_ := set $files "REDQ_TLS_CLIENT_CA" "ca.crt" }}
+{{- end }}
+{{- $vols = append $vols (dict "name" "tls" "secret" $v.tls.secretName "dir" "/etc/redq/tls" "files" $files) }}
+{{- if and $v.tls.clientAuth $v.tls.clientCaSecretName }}
+{{- $vols = append $vols (dict "name" "tls-client-ca" "secret" $v.tls.clientCaSecretName "dir" "/etc/redq/tls-client-ca" "files" (dict "REDQ_TLS_CLIENT_CA" $v.tls.clientCaKey)) }}
+{{- end }}
+{{- end }}
+{{- if and $v.tls.clientAuth (not $v.tls.enabled) }}
+{{- fail "tls.clientAuth needs tls.enabled (client certificates are part of the gRPC port's TLS)" }}
+{{- end }}
+{{- if and $v.tls.clientCaSecretName (not $v.tls.clientAuth) }}
+{{- fail "tls.clientCaSecretName is set but tls.clientAuth is empty: set it to \"required\" or \"optional\"" }}
+{{- end }}
+{{- if $v.httpTls.enabled }}
+{{- if not $v.httpTls.secretName }}
+{{- fail "httpTls.enabled needs httpTls.secretName: a kubernetes.io/tls Secret with tls.crt and tls.key (may be tls.secretName)" }}
+{{- end }}
+{{- $vols = append $vols (dict "name" "http-tls" "secret" $v.httpTls.secretName "dir" "/etc/redq/http-tls" "files" (dict "REDQ_HTTP_TLS_CERT" "tls.crt" "REDQ_HTTP_TLS_KEY" "tls.key")) }}
+{{- end }}
+{{- if $v.auth.tokensSecretName }}
+{{- $vols = append $vols (dict "name" "auth-tokens" "secret" $v.auth.tokensSecretName "dir" "/etc/redq/auth" "files" (dict "REDQ_AUTH_TOKENS_FILE" $v.auth.tokensKey)) }}
+{{- else if $v.auth.reflection }}
+{{- fail "auth.reflection needs auth.tokensSecretName (without tokens every call, reflection included, is allowed)" }}
+{{- end }}
+{{- if $v.redis.passwordSecretName }}
+{{- $vols = append $vols (dict "name" "redis-password" "secret" $v.redis.passwordSecretName "dir" "/etc/redq/redis" "files" (dict "REDQ_REDIS_PASSWORD_FILE" $v.redis.passwordKey)) }}
+{{- end }}
+{{- if $v.redis.caSecretName }}
+{{- $vols = append $vols (dict "name" "redis-ca" "secret" $v.redis.caSecretName "dir" "/etc/redq/redis-ca" "files" (dict "REDQ_REDIS_CA_FILE" $v.redis.caKey)) }}
+{{- end }}
+{{- toJson (dict "volumes" $vols) }}
+{{- end }}
+
+{{/* "true" when the probes are httpGet on the HTTP port: with TLS on the gRPC
+port (client certificates or not), since the kubelet's gRPC probe cannot do TLS. */}}
+{{- define "redq.httpProbes" -}}
+{{- if .Values.tls.enabled }}true{{ end }}
+{{- end }}

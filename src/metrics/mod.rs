@@ -5,6 +5,8 @@
 //! gauges (stream length, pending, lag…) are read from Redis at scrape time,
 //! within a time bound, for the topics this replica has labels for.
 
+mod security;
+
 use crate::store::Store;
 use crate::store::gauges::TopicGauges;
 use crate::store::stream::Published;
@@ -20,6 +22,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
+pub use security::{Limit, SecurityMetrics};
 use std::collections::HashSet;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
@@ -88,6 +91,7 @@ struct Inner {
     pool_idle: Gauge,
     resident_memory: Gauge,
     scrape_failures: Counter,
+    security: SecurityMetrics,
 }
 
 impl Metrics {
@@ -125,8 +129,10 @@ impl Metrics {
             pool_idle: Gauge::default(),
             resident_memory: Gauge::default(),
             scrape_failures: Counter::default(),
+            security: SecurityMetrics::default(),
         };
         let r = &mut inner.registry;
+        inner.security.register(r);
         r.register(
             "redq_build",
             "Version of this redq binary",
@@ -350,6 +356,11 @@ impl Metrics {
     }
 
     /// `GET /metrics`.
+    /// The metrics of TLS, authentication and abuse limits.
+    pub fn security(&self) -> &SecurityMetrics {
+        &self.inner.security
+    }
+
     pub fn routes(&self, store: Store) -> Router {
         Router::new()
             .route("/metrics", get(scrape))

@@ -1,6 +1,10 @@
 //! Command line and environment configuration: every flag has a `REDQ_*`
 //! twin, and every value is checked before anything starts.
 
+mod security;
+
+pub use security::{ClientAuth, RedisArgs, Security};
+
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -45,14 +49,65 @@ pub enum Command {
     Stats(StatsArgs),
     /// List, redrive or purge a subscription's dead letters.
     Dlq(DlqArgs),
+    /// Make tokens for --auth-tokens-file.
+    #[command(subcommand)]
+    Token(TokenCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Print a new random token (once) and its entry for the tokens file.
+    Create(TokenCreateArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct TokenCreateArgs {
+    /// The token's name, which the logs show instead of the token.
+    #[arg(long)]
+    pub name: String,
+    /// ACTION:TOPIC[:SUBSCRIPTION], e.g. `publish:orders.>` or
+    /// `subscribe:orders:billing` (repeatable). Actions: publish, subscribe,
+    /// view, browse, manage, admin.
+    #[arg(long = "grant", required = true)]
+    pub grants: Vec<String>,
 }
 
 /// The server a client subcommand talks to.
 #[derive(Debug, Clone, Args)]
 pub struct ServerArg {
-    /// gRPC address of a redq server.
+    /// gRPC address of a redq server (https:// for TLS).
     #[arg(long, env = "REDQ_SERVER", default_value = "http://127.0.0.1:50051")]
     pub server: String,
+    #[command(flatten)]
+    pub tls: ClientTls,
+}
+
+/// How a client proves the server and itself: TLS files and a token.
+#[derive(Clone, Default, Args)]
+pub struct ClientTls {
+    /// PEM CA certificates that sign the server's certificate (https://).
+    #[arg(long, env = "REDQ_TLS_CA")]
+    pub tls_ca: Option<PathBuf>,
+    /// PEM client certificate, for a server that requires mTLS.
+    #[arg(long, env = "REDQ_CLIENT_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, env = "REDQ_CLIENT_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Token sent as `authorization: Bearer <token>`.
+    #[arg(long, env = "REDQ_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+}
+
+impl std::fmt::Debug for ClientTls {
+    /// Without the token.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientTls")
+            .field("tls_ca", &self.tls_ca)
+            .field("tls_cert", &self.tls_cert)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .finish_non_exhaustive()
+    }
 }
 
 /// Fields of the messages that `publish` and `schedule` send.
@@ -254,8 +309,15 @@ pub struct BenchArgs {
     /// How long to wait past the last due time before giving up.
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     pub timeout: Duration,
+    #[command(flatten)]
+    pub tls: ClientTls,
     /// The Redis the server uses, for the raw-Redis baselines and memory figures.
-    #[arg(long, env = "REDQ_REDIS_URL", default_value = "redis://127.0.0.1:6379")]
+    #[arg(
+        long,
+        env = "REDQ_REDIS_URL",
+        default_value = "redis://127.0.0.1:6379",
+        hide_env_values = true
+    )]
     pub redis_url: String,
     /// The server's metrics endpoint, read for its memory use (streams).
     #[arg(long, default_value = "http://127.0.0.1:9090/metrics")]
@@ -297,12 +359,8 @@ pub struct ServeArgs {
     /// Address of the HTTP endpoint serving /metrics, /healthz and /readyz.
     #[arg(long, env = "REDQ_METRICS_LISTEN", default_value = "0.0.0.0:9090")]
     pub metrics_listen: SocketAddr,
-    /// Redis to keep messages in: redis://, rediss:// or unix:// URL.
-    #[arg(long, env = "REDQ_REDIS_URL", default_value = "redis://127.0.0.1:6379")]
-    pub redis_url: String,
-    /// The server's metrics endpoint, read for its memory use (streams).
-    #[arg(long, default_value = "http://127.0.0.1:9090/metrics")]
-    pub metrics_url: String,
+    #[command(flatten)]
+    pub redis: RedisArgs,
     #[command(flatten)]
     pub settings: Settings,
 }
@@ -369,6 +427,8 @@ pub struct Settings {
     pub replica_wait_timeout: Duration,
     #[command(flatten)]
     pub limits: Limits,
+    #[command(flatten)]
+    pub security: Security,
 }
 
 /// When a write a client waits for is acknowledged.
