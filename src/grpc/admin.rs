@@ -383,7 +383,7 @@ impl AdminService for AdminApi {
     }
 }
 
-fn page_size_or_default(page_size: u32) -> Result<u32> {
+pub fn page_size_or_default(page_size: u32) -> Result<u32> {
     match page_size {
         0 => Ok(DEFAULT_PAGE_SIZE),
         n if n > MAX_PAGE_SIZE => Err(Error::invalid(
@@ -396,7 +396,7 @@ fn page_size_or_default(page_size: u32) -> Result<u32> {
 
 /// Dead letter ids of a redrive or purge: entry ids, at most as many as the
 /// ack ids of one call.
-fn dead_letter_ids_valid(ids: &[String], limits: &Limits) -> Result<()> {
+pub fn dead_letter_ids_valid(ids: &[String], limits: &Limits) -> Result<()> {
     if ids.len() > limits.max_outstanding_limit as usize {
         return Err(Error::invalid(
             "dead_letter_ids",
@@ -418,7 +418,7 @@ fn duration(field: &str, duration: Option<prost_types::Duration>) -> Result<Opti
         .transpose()
 }
 
-fn topic_settings(settings: pb::TopicSettings, limits: &Limits) -> Result<TopicSettings> {
+pub fn topic_settings(settings: pb::TopicSettings, limits: &Limits) -> Result<TopicSettings> {
     let pb::TopicSettings {
         retention_max_age,
         retention_max_length,
@@ -471,7 +471,7 @@ fn topic_pb(topic: TopicView) -> pb::Topic {
 }
 
 /// CreateSubscription: the settings given, the server's defaults for the rest.
-fn new_subscription(
+pub fn new_subscription(
     settings: pb::SubscriptionSettings,
     limits: &Limits,
 ) -> Result<(GroupStart, SubscriptionSettings)> {
@@ -501,7 +501,7 @@ fn new_subscription(
     Ok((start, settings))
 }
 
-fn subscription_update(
+pub fn subscription_update(
     settings: pb::SubscriptionSettings,
     limits: &Limits,
 ) -> Result<SubscriptionUpdate> {

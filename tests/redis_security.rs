@@ -1,0 +1,242 @@
+//! redq's side of Redis security: `rediss://` with a private CA and a client
+//! certificate (Redis mTLS), a least-privilege ACL user whose password comes
+//! from a file, and secrets (the password, a token) never printed.
+
+#![allow(clippy::needless_update)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::cluster::free_port;
+use common::security::Pki;
+use common::*;
+use redq::pb;
+
+/// What the README's ACL allows (docs/redis-acl-rules.txt).
+fn acl_rules() -> Vec<String> {
+    let rules = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/redis-acl-rules.txt"
+    ))
+    .unwrap();
+    rules.split_whitespace().map(str::to_owned).collect()
+}
+
+/// Publishes, schedules, consumes, acks, nacks and administers a topic: the
+/// commands and scripts a replica runs.
+async fn smoke(server: &TestServer) {
+    server.wait_serving().await;
+    let mut client = server.client().await;
+    let mut admin = server.admin().await;
+    publish(&mut client, "smoke", ["a", "b"]).await;
+    let mut deduped = message("d");
+    deduped.dedupe_id = "once".into();
+    publish_messages(&mut client, "smoke", vec![deduped.clone()]).await;
+    publish_messages(&mut client, "smoke", vec![deduped]).await;
+    publish_messages(
+        &mut client,
+        "smoke",
+        vec![scheduled_message(
+            "later",
+            Due::After(Duration::from_millis(300)),
+        )],
+    )
+    .await;
+    let mut stream = subscribe(
+        &mut client,
+        "smoke",
+        "s",
+        Sub::deadline(Duration::from_secs(30)),
+    )
+    .await;
+    let got = expect_messages(&mut stream, 4).await;
+    let (first, rest) = got.split_at(1);
+    nack(&mut client, "smoke", "s", ack_ids_of(first))
+        .await
+        .unwrap();
+    ack(&mut client, "smoke", "s", ack_ids_of(rest))
+        .await
+        .unwrap();
+    let again = expect_messages(&mut stream, 1).await;
+    ack(&mut client, "smoke", "s", ack_ids_of(&again))
+        .await
+        .unwrap();
+    admin
+        .get_subscription(pb::GetSubscriptionRequest {
+            topic: "smoke".into(),
+            name: "s".into(),
+        })
+        .await
+        .unwrap();
+    admin
+        .list_topics(pb::ListTopicsRequest {
+            page_size: 10,
+            page_token: String::new(),
+        })
+        .await
+        .unwrap();
+    admin
+        .list_dead_letters(pb::ListDeadLettersRequest {
+            topic: "smoke".into(),
+            subscription: "s".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let (_, metrics) = http_get_with_body(server.metrics_addr, "/metrics").await;
+    assert!(metrics.contains("redq_messages_acked"), "{metrics}");
+    admin
+        .delete_topic(pb::DeleteTopicRequest {
+            name: "smoke".into(),
+        })
+        .await
+        .unwrap_or_else(|s| panic!("DeleteTopic: {s:?}\n{}", server.log()));
+}
+
+#[tokio::test]
+async fn rediss_with_a_private_ca_and_a_client_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path(), "redis");
+    let redis_pair = pki.server("redis");
+    let client = pki.client("redq");
+    let port = free_port().to_string();
+    let ca = pki.ca_path();
+    let redis = RedisServer::start_with(&[
+        "--tls-port",
+        &port,
+        "--tls-cert-file",
+        redis_pair.cert.to_str().unwrap(),
+        "--tls-key-file",
+        redis_pair.key.to_str().unwrap(),
+        "--tls-ca-cert-file",
+        ca.to_str().unwrap(),
+        "--tls-auth-clients",
+        "yes",
+    ]);
+    let url = format!("rediss://localhost:{port}");
+    let server = TestServer::start(
+        &url,
+        &[
+            "--redis-ca-file",
+            ca.to_str().unwrap(),
+            "--redis-client-cert",
+            client.cert.to_str().unwrap(),
+            "--redis-client-key",
+            client.key.to_str().unwrap(),
+        ],
+    )
+    .await;
+    smoke(&server).await;
+    // Without the client certificate Redis refuses redq: not serving.
+    let refused = TestServer::start(&url, &["--redis-ca-file", ca.to_str().unwrap()]).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_ne!(
+        refused.health_status("").await.unwrap(),
+        tonic_health::pb::health_check_response::ServingStatus::Serving
+    );
+    drop(redis);
+}
+
+#[tokio::test]
+async fn the_least_privilege_acl_user_runs_everything_and_secrets_stay_secret() {
+    const PASSWORD: &str = "s3cret-Redis-pw-4815";
+    const TOKEN: &str = "redq_0123456789abcdef-secret-token";
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port().to_string();
+    let mut user = vec![
+        "--user".to_owned(),
+        "redq".into(),
+        "on".into(),
+        format!(">{PASSWORD}"),
+    ];
+    user.extend(acl_rules());
+    let mut args: Vec<&str> = vec!["--port", &port];
+    args.extend(user.iter().map(String::as_str));
+    let redis = RedisServer::start_with(&args);
+    let password_file = dir.path().join("redis-password");
+    std::fs::write(&password_file, format!("{PASSWORD}\n")).unwrap();
+    let server = TestServer::spawn(
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--redis-url",
+            &format!("redis://redq@127.0.0.1:{port}"),
+            "--redis-password-file",
+            password_file.to_str().unwrap(),
+        ]
+        .map(str::to_owned),
+        &[("RUST_LOG", "debug")],
+    )
+    .await;
+    smoke(&server).await;
+    tokio::time::sleep(Duration::from_secs(1)).await; // the background loops too
+    let acl_log = std::process::Command::new("redis-cli")
+        .arg("-s")
+        .arg(redis.socket())
+        .args(["ACL", "LOG"])
+        .output()
+        .unwrap();
+    let acl_log = String::from_utf8_lossy(&acl_log.stdout);
+    assert!(
+        acl_log.trim().is_empty(),
+        "commands the ACL refused:\n{acl_log}"
+    );
+    assert!(
+        !server.log().contains(PASSWORD),
+        "the password in a debug log"
+    );
+
+    // --help prints no secret taken from the environment.
+    for (subcommand, var, secret) in [
+        (
+            "serve",
+            "REDQ_REDIS_URL",
+            format!("redis://redq:{PASSWORD}@127.0.0.1:1"),
+        ),
+        ("publish", "REDQ_TOKEN", TOKEN.to_owned()),
+        (
+            "bench",
+            "REDQ_REDIS_URL",
+            format!("redis://:{PASSWORD}@127.0.0.1:1"),
+        ),
+    ] {
+        let out = std::process::Command::new(redq_bin())
+            .args([subcommand, "--help"])
+            .env(var, &secret)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains(var), "{subcommand} --help names {var}");
+        assert!(
+            !text.contains(PASSWORD) && !text.contains(TOKEN),
+            "{subcommand} --help shows a secret:\n{text}"
+        );
+    }
+    // A server that cannot reach its Redis says so without the URL's password.
+    let unreachable = TestServer::start(&format!("redis://redq:{PASSWORD}@127.0.0.1:1"), &[]).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        !unreachable.log().contains(PASSWORD),
+        "{}",
+        unreachable.log()
+    );
+    // A client with a token logs nothing of it either, even when refused.
+    let out = std::process::Command::new(redq_bin())
+        .args([
+            "publish",
+            "t",
+            "m",
+            "--server",
+            &server.grpc_url(),
+            "--token",
+            TOKEN,
+        ])
+        .env("RUST_LOG", "debug")
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&out.stderr).contains(TOKEN));
+}
