@@ -239,3 +239,124 @@ pub fn new_token() -> (String, String) {
     let hash = hex::encode(Sha256::digest(token.as_bytes()));
     (token, hash)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn table(grants: serde_json::Value) -> TokenTable {
+        let file = serde_json::json!({"tokens": [{"name": "t", "sha256": hex::encode(Sha256::digest(b"tok")), "grants": grants}]});
+        TokenTable::parse(file.to_string().as_bytes()).unwrap()
+    }
+
+    const ACTIONS: [Action; 6] = [
+        Action::Publish,
+        Action::Subscribe,
+        Action::View,
+        Action::Browse,
+        Action::Manage,
+        Action::Admin,
+    ];
+
+    #[test]
+    fn a_token_is_found_by_its_value_only() {
+        let table = table(serde_json::json!([]));
+        assert_eq!(table.by_token("tok").unwrap().name, "t");
+        assert!(table.by_token("tok ").is_none());
+        assert!(table.by_token("").is_none());
+    }
+
+    #[test]
+    fn malformed_files_name_the_entry_and_field() {
+        let bad = [
+            (
+                r#"{"tokens": [{"name": "a", "grants": []}]}"#,
+                "either sha256 or client_cert",
+            ),
+            (
+                r#"{"tokens": [{"name": "a", "sha256": "abc", "grants": []}]}"#,
+                "64 hex digits",
+            ),
+            (
+                r#"{"tokens": [{"name": "a", "client_cert": "CN=a", "grants": [{"topics": [], "actions": ["view"]}]}]}"#,
+                "grants[0].topics is empty",
+            ),
+            (
+                r#"{"tokens": [{"name": "a", "client_cert": "CN=a", "grants": [{"topics": ["a..b"], "actions": ["view"]}]}]}"#,
+                "empty segment",
+            ),
+            (
+                r#"{"tokens": [{"name": "a", "client_cert": "CN=a", "grants": [{"topics": ["a"], "actions": ["fly"]}]}]}"#,
+                "unknown variant",
+            ),
+            (
+                r#"{"tokens": [{"name": "a", "client_cert": "CN=a", "grants": []}, {"name": "a", "client_cert": "CN=b", "grants": []}]}"#,
+                "used twice",
+            ),
+            (r#"{"tokens": [], "extra": 1}"#, "unknown field"),
+        ];
+        for (json, why) in bad {
+            let err = TokenTable::parse(json.as_bytes()).unwrap_err();
+            assert!(err.contains(why), "{json}: {err}");
+        }
+    }
+
+    #[test]
+    fn subscription_grants_cover_their_subscriptions_not_the_topic() {
+        let table = table(
+            serde_json::json!([{"topics": ["orders"], "subscriptions": ["billing"], "actions": ["subscribe", "view"]}]),
+        );
+        let p = table.by_token("tok").unwrap();
+        assert!(p.allows(
+            Action::Subscribe,
+            Resource::subscription("orders", "billing")
+        ));
+        assert!(!p.allows(
+            Action::Subscribe,
+            Resource::subscription("orders", "billing2")
+        ));
+        assert!(!p.allows(Action::View, Resource::topic("orders")));
+        assert!(!p.allows(Action::Publish, Resource::topic("orders")));
+    }
+
+    fn name() -> impl Strategy<Value = String> {
+        prop::collection::vec("[a-z0-9]{1,5}", 1..4).prop_map(|s| s.join("."))
+    }
+
+    proptest! {
+        #[test]
+        fn nothing_is_allowed_without_a_grant(topic in name(), sub in name(), a in 0usize..6) {
+            let table = table(serde_json::json!([]));
+            let p = table.by_token("tok").unwrap();
+            prop_assert!(!p.allows(ACTIONS[a], Resource::topic(&topic)));
+            prop_assert!(!p.allows(ACTIONS[a], Resource::subscription(&topic, &sub)));
+        }
+
+        #[test]
+        fn a_grant_allows_its_actions_only_and_no_topic_sharing_a_prefix(
+            topic in name(), suffix in "[a-z0-9]{1,3}", granted in 0usize..5, asked in 0usize..6,
+        ) {
+            let action = ACTIONS[granted];
+            let table = table(serde_json::json!([{"topics": [topic.clone(), format!("{topic}.>")], "actions": [action.name()]}]));
+            let p = table.by_token("tok").unwrap();
+            let wanted = ACTIONS[asked];
+            prop_assert_eq!(p.allows(wanted, Resource::topic(&topic)), wanted == action);
+            let below = format!("{topic}.x");
+            prop_assert_eq!(p.allows(wanted, Resource::topic(&below)), wanted == action);
+            let sibling = format!("{topic}{suffix}");
+            prop_assert!(!p.allows(wanted, Resource::topic(&sibling)));
+            let sibling_below = format!("{topic}{suffix}.x");
+            prop_assert!(!p.allows(wanted, Resource::topic(&sibling_below)));
+        }
+
+        #[test]
+        fn admin_allows_every_action_on_its_topics_only(topic in name(), other in name(), a in 0usize..6) {
+            let table = table(serde_json::json!([{"topics": [topic.clone()], "actions": ["admin"]}]));
+            let p = table.by_token("tok").unwrap();
+            prop_assert!(p.allows(ACTIONS[a], Resource::topic(&topic)));
+            prop_assert!(p.allows(ACTIONS[a], Resource::subscription(&topic, "s")));
+            prop_assert_eq!(p.allows(ACTIONS[a], Resource::topic(&other)), other == topic);
+        }
+    }
+}
