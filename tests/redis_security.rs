@@ -240,3 +240,123 @@ async fn the_least_privilege_acl_user_runs_everything_and_secrets_stay_secret() 
         .unwrap();
     assert!(!String::from_utf8_lossy(&out.stderr).contains(TOKEN));
 }
+
+/// A Redis Cluster of 3 masters that speaks only TLS (clients, bus and
+/// replication), with certificates of `pki`; killed on drop.
+struct TlsCluster {
+    nodes: Vec<std::process::Child>,
+    ports: Vec<u16>,
+}
+
+impl TlsCluster {
+    fn start(pki: &Pki, dir: &std::path::Path) -> Self {
+        let node = pki.server("cluster-node");
+        let ca = pki.ca_path();
+        let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+        let mut nodes = Vec::new();
+        for port in &ports {
+            let node_dir = dir.join(format!("node-{port}"));
+            std::fs::create_dir_all(&node_dir).unwrap();
+            let child = std::process::Command::new("redis-server")
+                .args(["--port", "0", "--tls-port", &port.to_string()])
+                .args([
+                    "--tls-cluster",
+                    "yes",
+                    "--tls-replication",
+                    "yes",
+                    "--tls-auth-clients",
+                    "no",
+                ])
+                .arg("--tls-cert-file")
+                .arg(&node.cert)
+                .arg("--tls-key-file")
+                .arg(&node.key)
+                .arg("--tls-ca-cert-file")
+                .arg(&ca)
+                .args(["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"])
+                .args(["--save", "", "--appendonly", "no"])
+                .arg("--dir")
+                .arg(&node_dir)
+                .arg("--logfile")
+                .arg(node_dir.join("redis.log"))
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .expect("redis-server");
+            nodes.push(child);
+        }
+        let cluster = Self { nodes, ports };
+        let cli = |args: &[&str]| {
+            std::process::Command::new("redis-cli")
+                .args(["--tls", "--cacert"])
+                .arg(&ca)
+                .args(args)
+                .output()
+                .unwrap()
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        for port in &cluster.ports {
+            while !String::from_utf8_lossy(&cli(&["-p", &port.to_string(), "PING"]).stdout)
+                .contains("PONG")
+            {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "a TLS node did not start"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        let addrs: Vec<String> = cluster
+            .ports
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect();
+        let mut create = vec!["--cluster", "create"];
+        create.extend(addrs.iter().map(String::as_str));
+        create.push("--cluster-yes");
+        let out = cli(&create);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        for port in &cluster.ports {
+            while !String::from_utf8_lossy(
+                &cli(&["-p", &port.to_string(), "CLUSTER", "INFO"]).stdout,
+            )
+            .contains("cluster_state:ok")
+            {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the TLS cluster is not ok"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        cluster
+    }
+}
+
+impl Drop for TlsCluster {
+    fn drop(&mut self) {
+        for node in &mut self.nodes {
+            let _ = node.kill();
+            let _ = node.wait();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rediss_cluster_with_a_private_ca() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path(), "cluster");
+    let cluster = TlsCluster::start(&pki, dir.path());
+    let ca = pki.ca_path();
+    let url = format!("rediss+cluster://localhost:{}", cluster.ports[0]);
+    let server = TestServer::start(&url, &["--redis-ca-file", ca.to_str().unwrap()]).await;
+    smoke(&server).await;
+    // Topics on every master, through the TLS connections to each.
+    let mut client = server.client().await;
+    for i in 0..12 {
+        publish(&mut client, &format!("spread-{i}"), ["m"]).await;
+    }
+}
