@@ -1,6 +1,7 @@
 //! `redq.v1.AdminService`: validate and convert, call the broker, convert back.
 
 use super::convert;
+use super::targets::Target;
 use crate::auth::{Action, Authorizer, Resource};
 use crate::broker::{Broker, SeekTarget, SubscriptionView, TopicView};
 use crate::config::Limits;
@@ -34,13 +35,10 @@ impl AdminApi {
         }
     }
 
-    /// Whether the caller may do `action` on `resource`: asked before anything else.
-    fn allowed<T>(
-        &self,
-        request: &Request<T>,
-        action: Action,
-        resource: Resource<'_>,
-    ) -> Result<(), Status> {
+    /// Whether the caller may do `action` on what `request` targets: asked
+    /// before anything else.
+    fn allowed<T: Target>(&self, request: &Request<T>, action: Action) -> Result<(), Status> {
+        let resource = request.get_ref().target();
         self.authorizer
             .authorize(request, action, resource)
             .map(|_| ())
@@ -53,11 +51,7 @@ impl AdminService for AdminApi {
         &self,
         request: Request<pb::CreateTopicRequest>,
     ) -> Result<Response<pb::Topic>, Status> {
-        self.allowed(
-            &request,
-            Action::Manage,
-            Resource::topic(&request.get_ref().name),
-        )?;
+        self.allowed(&request, Action::Manage)?;
         let pb::CreateTopicRequest { name, settings } = request.into_inner();
         convert::check_name("name", &name)?;
         let settings = topic_settings(settings.unwrap_or_default(), &self.limits)?;
@@ -69,11 +63,7 @@ impl AdminService for AdminApi {
         &self,
         request: Request<pb::GetTopicRequest>,
     ) -> Result<Response<pb::Topic>, Status> {
-        self.allowed(
-            &request,
-            Action::View,
-            Resource::topic(&request.get_ref().name),
-        )?;
+        self.allowed(&request, Action::View)?;
         let pb::GetTopicRequest { name } = request.into_inner();
         convert::check_name("name", &name)?;
         Ok(Response::new(topic_pb(self.broker.topic(&name).await?)))
@@ -110,11 +100,7 @@ impl AdminService for AdminApi {
         &self,
         request: Request<pb::UpdateTopicRequest>,
     ) -> Result<Response<pb::Topic>, Status> {
-        self.allowed(
-            &request,
-            Action::Manage,
-            Resource::topic(&request.get_ref().name),
-        )?;
+        self.allowed(&request, Action::Manage)?;
         let pb::UpdateTopicRequest { name, settings } = request.into_inner();
         convert::check_name("name", &name)?;
         let settings = topic_settings(settings.unwrap_or_default(), &self.limits)?;
@@ -127,11 +113,7 @@ impl AdminService for AdminApi {
         &self,
         request: Request<pb::DeleteTopicRequest>,
     ) -> Result<Response<pb::DeleteTopicResponse>, Status> {
-        self.allowed(
-            &request,
-            Action::Manage,
-            Resource::topic(&request.get_ref().name),
-        )?;
+        self.allowed(&request, Action::Manage)?;
         let pb::DeleteTopicRequest { name } = request.into_inner();
         convert::check_name("name", &name)?;
         self.broker.delete_topic(&name).await?;
@@ -142,12 +124,7 @@ impl AdminService for AdminApi {
         &self,
         request: Request<pb::CreateSubscriptionRequest>,
     ) -> Result<Response<pb::Subscription>, Status> {
-        let names = request.get_ref();
-        self.allowed(
-            &request,
-            Action::Manage,
-            Resource::subscription(&names.topic, &names.name),
-        )?;
+        self.allowed(&request, Action::Manage)?;
         let pb::CreateSubscriptionRequest {
             topic,
             name,
@@ -167,12 +144,7 @@ impl AdminService for AdminApi {
         &self,
         request: Request<pb::GetSubscriptionRequest>,
     ) -> Result<Response<pb::Subscription>, Status> {
-        let names = request.get_ref();
-        self.allowed(
-            &request,
-            Action::View,
-            Resource::subscription(&names.topic, &names.name),
-        )?;
+        self.allowed(&request, Action::View)?;
         let pb::GetSubscriptionRequest { topic, name } = request.into_inner();
         convert::check_name("topic", &topic)?;
         convert::check_name("name", &name)?;
@@ -212,12 +184,7 @@ impl AdminService for AdminApi {
         &self,
         request: Request<pb::UpdateSubscriptionRequest>,
     ) -> Result<Response<pb::Subscription>, Status> {
-        let names = request.get_ref();
-        self.allowed(
-            &request,
-            Action::Manage,
-            Resource::subscription(&names.topic, &names.name),
-        )?;
+        self.allowed(&request, Action::Manage)?;
         let pb::UpdateSubscriptionRequest {
             topic,
             name,
@@ -237,12 +204,7 @@ impl AdminService for AdminApi {
         &self,
         request: Request<pb::DeleteSubscriptionRequest>,
     ) -> Result<Response<pb::DeleteSubscriptionResponse>, Status> {
-        let names = request.get_ref();
-        self.allowed(
-            &request,
-            Action::Manage,
-            Resource::subscription(&names.topic, &names.name),
-        )?;
+        self.allowed(&request, Action::Manage)?;
         let pb::DeleteSubscriptionRequest { topic, name } = request.into_inner();
         convert::check_name("topic", &topic)?;
         convert::check_name("name", &name)?;
@@ -254,12 +216,7 @@ impl AdminService for AdminApi {
         &self,
         request: Request<pb::ListDeadLettersRequest>,
     ) -> Result<Response<pb::ListDeadLettersResponse>, Status> {
-        let names = request.get_ref();
-        self.allowed(
-            &request,
-            Action::Browse,
-            Resource::subscription(&names.topic, &names.subscription),
-        )?;
+        self.allowed(&request, Action::Browse)?;
         let pb::ListDeadLettersRequest {
             topic,
             subscription,
@@ -287,12 +244,7 @@ impl AdminService for AdminApi {
         &self,
         request: Request<pb::RedriveDeadLettersRequest>,
     ) -> Result<Response<pb::RedriveDeadLettersResponse>, Status> {
-        let names = request.get_ref();
-        self.allowed(
-            &request,
-            Action::Manage,
-            Resource::subscription(&names.topic, &names.subscription),
-        )?;
+        self.allowed(&request, Action::Manage)?;
         let pb::RedriveDeadLettersRequest {
             topic,
             subscription,
@@ -318,12 +270,7 @@ impl AdminService for AdminApi {
         &self,
         request: Request<pb::PurgeDeadLettersRequest>,
     ) -> Result<Response<pb::PurgeDeadLettersResponse>, Status> {
-        let names = request.get_ref();
-        self.allowed(
-            &request,
-            Action::Manage,
-            Resource::subscription(&names.topic, &names.subscription),
-        )?;
+        self.allowed(&request, Action::Manage)?;
         let pb::PurgeDeadLettersRequest {
             topic,
             subscription,
@@ -343,12 +290,7 @@ impl AdminService for AdminApi {
         &self,
         request: Request<pb::SeekRequest>,
     ) -> Result<Response<pb::SeekResponse>, Status> {
-        let names = request.get_ref();
-        self.allowed(
-            &request,
-            Action::Manage,
-            Resource::subscription(&names.topic, &names.subscription),
-        )?;
+        self.allowed(&request, Action::Manage)?;
         let pb::SeekRequest {
             topic,
             subscription,

@@ -9,6 +9,7 @@ pub mod convert;
 mod publish_stream;
 mod queue;
 mod streaming_subscribe;
+mod targets;
 
 pub use admin::AdminApi;
 pub use queue::QueueApi;

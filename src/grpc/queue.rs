@@ -1,7 +1,8 @@
 //! `redq.v1.QueueService`: validate and convert, call the broker, convert back.
 
+use super::targets::Target;
 use super::{authorized, convert, publish_stream, streaming_subscribe};
-use crate::auth::{Action, Authorizer, Resource};
+use crate::auth::{Action, Authorizer, Caller};
 use crate::broker::Broker;
 use crate::config::Limits;
 use crate::error::Error;
@@ -28,31 +29,21 @@ impl QueueApi {
         }
     }
 
-    /// Whether the caller may publish to `topic`: asked before anything else.
-    fn may_publish<T>(
-        &self,
-        request: &Request<T>,
-        topic: &str,
-        messages: usize,
-    ) -> Result<(), Status> {
+    /// Whether the caller may publish `messages` to the request's topic:
+    /// asked before anything else.
+    fn may_publish<T: Target>(&self, request: &Request<T>, messages: usize) -> Result<(), Status> {
+        let resource = request.get_ref().target();
         let caller = self
             .authorizer
-            .authorize(request, Action::Publish, Resource::topic(topic))?;
+            .authorize(request, Action::Publish, resource)?;
         self.authorizer.take_publish_rate(&caller, messages)
     }
 
-    /// Whether the caller may subscribe to (and ack on) `subscription` of `topic`.
-    fn may_subscribe<T>(
-        &self,
-        request: &Request<T>,
-        topic: &str,
-        subscription: &str,
-    ) -> Result<crate::auth::Caller, Status> {
-        self.authorizer.authorize(
-            request,
-            Action::Subscribe,
-            Resource::subscription(topic, subscription),
-        )
+    /// Whether the caller may subscribe to (and ack on) the request's subscription.
+    fn may_subscribe<T: Target>(&self, request: &Request<T>) -> Result<Caller, Status> {
+        let resource = request.get_ref().target();
+        self.authorizer
+            .authorize(request, Action::Subscribe, resource)
     }
 }
 
@@ -66,7 +57,7 @@ impl QueueService for QueueApi {
     ) -> Result<Response<pb::PublishResponse>, Status> {
         let started = Instant::now();
         let publish = request.get_ref();
-        self.may_publish(&request, &publish.topic, publish.messages.len())?;
+        self.may_publish(&request, publish.messages.len())?;
         let pb::PublishRequest { topic, messages } = request.into_inner();
         convert::check_name("topic", &topic)?;
         let messages = convert::publish_messages(messages, &self.limits)?;
@@ -82,7 +73,7 @@ impl QueueService for QueueApi {
         &self,
         request: Request<pb::ScheduleDelayedRequest>,
     ) -> Result<Response<pb::ScheduleDelayedResponse>, Status> {
-        self.may_publish(&request, &request.get_ref().topic, 1)?;
+        self.may_publish(&request, 1)?;
         let pb::ScheduleDelayedRequest {
             topic,
             message,
@@ -108,7 +99,7 @@ impl QueueService for QueueApi {
         &self,
         request: Request<pb::CancelScheduledRequest>,
     ) -> Result<Response<pb::CancelScheduledResponse>, Status> {
-        self.may_publish(&request, &request.get_ref().topic, 0)?;
+        self.may_publish(&request, 0)?;
         let pb::CancelScheduledRequest { topic, message_id } = request.into_inner();
         convert::check_name("topic", &topic)?;
         convert::message_id(&message_id)?;
@@ -120,7 +111,7 @@ impl QueueService for QueueApi {
         &self,
         request: Request<pb::RescheduleDelayedRequest>,
     ) -> Result<Response<pb::RescheduleDelayedResponse>, Status> {
-        self.may_publish(&request, &request.get_ref().topic, 0)?;
+        self.may_publish(&request, 0)?;
         let pb::RescheduleDelayedRequest {
             topic,
             message_id,
@@ -143,11 +134,11 @@ impl QueueService for QueueApi {
         &self,
         request: Request<pb::SubscribeRequest>,
     ) -> Result<Response<SubscribeStream>, Status> {
+        let caller = self.may_subscribe(&request)?;
         let names = (
             request.get_ref().topic.clone(),
             request.get_ref().subscription.clone(),
         );
-        let caller = self.may_subscribe(&request, &names.0, &names.1)?;
         let slot = self.authorizer.open_stream(&caller)?;
         let options = convert::subscribe_options(request.into_inner(), &self.limits)?;
         let subscription = self.broker.subscribe(options).await?;
@@ -199,8 +190,7 @@ impl QueueService for QueueApi {
         &self,
         request: Request<pb::AckRequest>,
     ) -> Result<Response<pb::AckResponse>, Status> {
-        let names = request.get_ref();
-        self.may_subscribe(&request, &names.topic, &names.subscription)?;
+        self.may_subscribe(&request)?;
         let pb::AckRequest {
             topic,
             subscription,
@@ -215,8 +205,7 @@ impl QueueService for QueueApi {
         &self,
         request: Request<pb::NackRequest>,
     ) -> Result<Response<pb::NackResponse>, Status> {
-        let names = request.get_ref();
-        self.may_subscribe(&request, &names.topic, &names.subscription)?;
+        self.may_subscribe(&request)?;
         let pb::NackRequest {
             topic,
             subscription,
@@ -235,8 +224,7 @@ impl QueueService for QueueApi {
         &self,
         request: Request<pb::ModifyAckDeadlineRequest>,
     ) -> Result<Response<pb::ModifyAckDeadlineResponse>, Status> {
-        let names = request.get_ref();
-        self.may_subscribe(&request, &names.topic, &names.subscription)?;
+        self.may_subscribe(&request)?;
         let pb::ModifyAckDeadlineRequest {
             topic,
             subscription,
