@@ -6,8 +6,11 @@
 //   npm ci && node client.js                     # the demo
 //   node client.js publish TOPIC PAYLOAD [PAYLOAD...] [--attr KEY=VALUE ...]
 //
-// The server address comes from REDQ_ADDR (default 127.0.0.1:50051). The
-// demo ends with a line starting `OK:`, or `FAIL:` and exit status 1.
+// The server address comes from REDQ_ADDR (default 127.0.0.1:50051;
+// https://host:port for TLS). As with the redq CLI, REDQ_TOKEN is sent as
+// the bearer token, and REDQ_TLS_CA, REDQ_CLIENT_TLS_CERT and
+// REDQ_CLIENT_TLS_KEY (PEM files) turn TLS (mTLS) on. The demo ends with a
+// line starting `OK:`, or `FAIL:` and exit status 1.
 
 import { randomBytes } from 'node:crypto';
 
@@ -26,8 +29,17 @@ try {
 }
 const { connect, Publisher, Subscriber } = redq;
 
+/** token and tls from the environment, as the redq CLI reads them; none when unset. */
+function securityOptions() {
+  const { REDQ_TOKEN: token, REDQ_TLS_CA: ca, REDQ_CLIENT_TLS_CERT: cert, REDQ_CLIENT_TLS_KEY: key } = process.env;
+  const options = {};
+  if (token) options.token = token;
+  if (ca || cert || key) options.tls = { ...(ca && { ca }), ...(cert && { cert }), ...(key && { key }) };
+  return options;
+}
+
 async function open() {
-  const client = connect(ADDR, { callTimeout: 5000 });
+  const client = connect(ADDR, { callTimeout: 5000, ...securityOptions() });
   try {
     await client.waitForReady(CONNECT_TIMEOUT_MS);
   } catch {

@@ -34,8 +34,31 @@ export declare class RedqError extends Error {
   static from(err: unknown): RedqError;
 }
 
+/** TLS of a Client: PEM contents (a Buffer, or a string starting `-----BEGIN `) or the path of a PEM file. */
+export interface TlsOptions {
+  /** Root CA(s) the server's certificate must chain to (default: Node's roots, plus NODE_EXTRA_CA_CERTS). */
+  ca?: Buffer | Uint8Array | string;
+  /** Client certificate chain, for mTLS (with `key`). */
+  cert?: Buffer | Uint8Array | string;
+  /** Its private key. */
+  key?: Buffer | Uint8Array | string;
+  /** The name the server's certificate must have when it is not the address' host (e.g. 'localhost'); also sent as SNI. */
+  serverName?: string;
+}
+
 export interface ClientOptions {
-  /** Default: plaintext. */
+  /**
+   * A redq token, sent as `authorization: Bearer <token>` on every call and
+   * stream (over TLS or not). Kept out of the Client's properties and of error messages.
+   */
+  token?: string;
+  /**
+   * true: TLS with Node's default roots; an object: a CA, a client
+   * certificate (mTLS) and the expected server name. Default: plaintext, or
+   * TLS for an `https://` address.
+   */
+  tls?: boolean | TlsOptions;
+  /** grpc-js credentials instead of `tls` (not both). Default: plaintext. */
   credentials?: ChannelCredentials;
   /** grpc-js channel options, over DEFAULT_CHANNEL_OPTIONS. */
   channelOptions?: ChannelOptions;
@@ -159,8 +182,12 @@ export interface DeadLetter {
 
 /** One channel to a redq server, shared by the publishers, subscribers and admin client made on it. */
 export declare class Client {
+  /** `address`: host:port, https://host:port (TLS) or http://host:port (plaintext). */
   constructor(address: string, options?: ClientOptions);
+  /** host:port (without a scheme). */
   readonly address: string;
+  /** Whether the channel uses TLS. */
+  readonly tls: boolean;
   /** The AdminService. */
   readonly admin: AdminClient;
   /** The raw QueueService stub (grpc-js + proto-loader), for calls the library does not wrap. */
@@ -217,6 +244,10 @@ export interface PublisherOptions {
   onError?: (err: RedqError) => void;
   /** For the Client opened when the publisher is given an address. */
   clientOptions?: ClientOptions;
+  /** With an address: the token of the Client opened (refused with a Client: set it on the Client). */
+  token?: string;
+  /** With an address: the TLS of the Client opened (refused with a Client: set it on the Client). */
+  tls?: boolean | TlsOptions;
 }
 
 export interface PublisherStats {
@@ -330,7 +361,8 @@ export declare class Subscription {
 }
 
 export declare class Subscriber {
-  constructor(client: Client | string, options?: SubscribeOptions & { clientOptions?: ClientOptions });
+  /** With an address: `clientOptions`, `token` and `tls` are those of the Client opened (token and tls are refused with a Client). */
+  constructor(client: Client | string, options?: SubscribeOptions & { clientOptions?: ClientOptions; token?: string; tls?: boolean | TlsOptions });
   readonly client: Client;
   /** Starts handling the messages of `subscription` on `topic` (both created on first use). */
   subscribe(topic: string, subscription: string, handler: Handler, options?: SubscribeOptions): Subscription;

@@ -6,7 +6,6 @@ package redq
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"google.golang.org/grpc"
@@ -26,17 +25,11 @@ type Client struct {
 }
 
 // Dial connects to addr (host:port) in plaintext, like `redq serve` without
-// TLS, and waits until the connection is up or ctx ends. Extra options (TLS
-// credentials, interceptors…) come after the defaults and so override them.
+// TLS, and waits until the connection is up or ctx ends. Extra options
+// (interceptors…) come after the defaults. For TLS, mTLS or a token use
+// DialSecure: gRPC refuses transport credentials beside plaintext.
 func Dial(ctx context.Context, addr string, opts ...grpc.DialOption) (*Client, error) {
-	opts = append([]grpc.DialOption{grpc.WithInsecure(), grpc.WithBlock()}, opts...)
-	conn, err := grpc.DialContext(ctx, addr, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("redq: connect to %s: %w", addr, err)
-	}
-	c := NewClient(conn)
-	c.conn = conn
-	return c, nil
+	return DialSecure(ctx, addr, Security{}, opts...)
 }
 
 // NewClient makes a Client on a connection the caller made and closes.

@@ -1,7 +1,8 @@
 // Package redq is a client library for redq, the gRPC message queue that
 // keeps its messages in Redis.
 //
-// A Client is a connection (Dial). On it:
+// A Client is a connection: Dial (plaintext), or DialSecure with a Security
+// for TLS, mTLS and a bearer token sent on every call and stream. On it:
 //
 //   - a Publisher publishes over one PublishStream: Publish returns a
 //     PublishResult at once, whose Get gives the message id. Messages that
@@ -16,5 +17,7 @@
 //     is the generated AdminService client.
 //
 // Errors from the server are gRPC status errors: use status.Code(err).
+// UNAUTHENTICATED and PERMISSION_DENIED are never retried: a Publisher fails
+// the messages they concern, a Subscriber stops with them.
 // The generated stubs are the package redq/v1 (redqv1).
 package redq

@@ -38,6 +38,7 @@ func TestMain(m *testing.M) {
 		}
 	}
 	code := m.Run()
+	stopSecured() // the TLS and token tests' own server (security_test.go)
 	stop()
 	os.Exit(code)
 }
@@ -55,6 +56,7 @@ func startServer() (addr string, stop func(), err error) {
 	}
 	sock := filepath.Join(dir, "r.sock")
 	redis := exec.Command("redis-server", "--port", "0", "--unixsocket", sock, "--save", "", "--appendonly", "no", "--dir", dir)
+	dieWithTests(redis)
 	if err := redis.Start(); err != nil {
 		return "", nil, fmt.Errorf("redis-server: %w", err)
 	}
@@ -65,6 +67,7 @@ func startServer() (addr string, stop func(), err error) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	redq := exec.Command(bin, "serve", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--redis-url", "unix://"+sock)
+	dieWithTests(redq)
 	out, _ := redq.StdoutPipe()
 	redq.Stderr = redq.Stdout
 	stop = func() {

@@ -693,10 +693,13 @@ func (p *Publisher) retry(topic string, batch []*pending, err error) {
 }
 
 // streamBroken requeues every unanswered request, oldest first, to be sent
-// again on the next stream; a stream error that no retry can cure fails them.
+// again on the next stream. A stream error that no retry can cure
+// (UNAUTHENTICATED, PERMISSION_DENIED…) fails them instead, and with them
+// the messages queued and not yet sent: a new stream would meet the same.
 func (p *Publisher) streamBroken(err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	final := !retryable(err)
 	ids := make([]uint64, 0, len(p.inflight))
 	for id := range p.inflight {
 		ids = append(ids, id)
@@ -706,7 +709,7 @@ func (p *Publisher) streamBroken(err error) {
 	for _, id := range ids {
 		req := p.inflight[id]
 		delete(p.inflight, id)
-		if !retryable(err) {
+		if final {
 			for _, m := range req.msgs {
 				p.resolve(m, "", false, time.Time{}, err)
 			}
@@ -714,6 +717,9 @@ func (p *Publisher) streamBroken(err error) {
 		}
 		p.stats.Retries++
 		p.retry(req.topic, req.msgs, err)
+	}
+	if final {
+		p.failQueued(err)
 	}
 }
 
@@ -727,6 +733,11 @@ func (p *Publisher) failAll(err error) {
 			p.resolve(m, "", false, time.Time{}, err)
 		}
 	}
+	p.failQueued(err)
+}
+
+// failQueued fails the messages queued and not yet sent. Callers hold p.mu.
+func (p *Publisher) failQueued(err error) {
 	for _, q := range p.ready {
 		for _, m := range q.msgs {
 			p.resolve(m, "", false, time.Time{}, err)

@@ -13,6 +13,7 @@ import { fileURLToPath } from 'node:url';
 import grpc from '@grpc/grpc-js';
 import protoLoader from '@grpc/proto-loader';
 import { RedqError, isRetryable } from './errors.js';
+import { channelSecurity, parseAddress, tokenInterceptor } from './security.js';
 import { backoffDelay, sleep, toDuration, toTimestamp, fromTimestamp, toPayload, checkTime } from './util.js';
 
 /** Where the .proto files are: the repository's proto/ folder. */
@@ -64,9 +65,14 @@ export function dedupePrefix() {
 
 export class Client {
   /**
-   * @param {string} address host:port of a redq server
+   * @param {string} address host:port of a redq server, or https://host:port (TLS) / http://host:port
    * @param {object} [options]
-   * @param {grpc.ChannelCredentials} [options.credentials] default: plaintext
+   * @param {string} [options.token] sent as `authorization: Bearer <token>` on every call and stream
+   * @param {boolean|{ca?: string|Buffer, cert?: string|Buffer, key?: string|Buffer, serverName?: string}} [options.tls]
+   *   true: TLS with Node's default roots; an object: `ca` the root CA (PEM, or a path), `cert` + `key`
+   *   the client certificate of mTLS (PEM, or paths), `serverName` the name the server's certificate
+   *   must have when it is not the address' host. Default: plaintext (TLS for an https:// address).
+   * @param {grpc.ChannelCredentials} [options.credentials] grpc-js credentials instead of `tls` (default: plaintext)
    * @param {object} [options.channelOptions] grpc-js channel options, over DEFAULT_CHANNEL_OPTIONS
    * @param {number} [options.callTimeout] deadline of each unary call in ms (default 10000)
    * @param {number} [options.maxRetries] retries of schedule() on UNAVAILABLE (default 5)
@@ -74,15 +80,24 @@ export class Client {
   constructor(address, options = {}) {
     if (typeof address !== 'string' || address === '') throw new TypeError('address: must be host:port');
     const { v1 } = loadProtos();
-    this.address = address;
+    const { target, tls: schemeTls } = parseAddress(address);
+    this.address = target;
     this.callTimeout = options.callTimeout ?? 10_000;
     this.maxRetries = options.maxRetries ?? 5;
-    const credentials = options.credentials ?? grpc.credentials.createInsecure();
-    const channelOptions = { ...DEFAULT_CHANNEL_OPTIONS, ...options.channelOptions };
+    const security = channelSecurity(options, schemeTls);
+    const credentials = security.credentials;
+    const channelOptions = { ...DEFAULT_CHANNEL_OPTIONS, ...security.channelOptions, ...options.channelOptions };
+    // The token interceptor runs after any the caller gave in channelOptions.
+    const interceptors = [...(channelOptions.interceptors ?? [])];
+    const withToken = tokenInterceptor(options.token);
+    if (withToken !== null) interceptors.push(withToken);
+    channelOptions.interceptors = interceptors;
+    /** Whether the channel uses TLS. */
+    this.tls = security.credentials._isSecure();
     /** The QueueService stub (grpc-js, proto-loader), for calls the library does not wrap. */
-    this.queueStub = new v1.QueueService(address, credentials, channelOptions);
-    /** The AdminService stub, on the same channel. */
-    this.adminStub = new v1.AdminService(address, credentials, { channelOverride: this.queueStub.getChannel() });
+    this.queueStub = new v1.QueueService(target, credentials, channelOptions);
+    /** The AdminService stub, on the same channel (and with the same interceptors). */
+    this.adminStub = new v1.AdminService(target, credentials, { channelOverride: this.queueStub.getChannel(), interceptors });
     /** The AdminService, with promise-returning methods. */
     this.admin = new AdminClient(this);
     this._dedupePrefix = dedupePrefix();
@@ -196,6 +211,28 @@ export class AdminClient {
       this[method] = (request = {}, timeout) => client.unary(client.adminStub, name, request, timeout);
     }
   }
+}
+
+/**
+ * The Client of a Publisher or Subscriber: `client` itself, or one opened
+ * on the address `client` with `options.clientOptions` and the shorthands
+ * `options.token` and `options.tls`. Those two belong to the Client: given
+ * a Client, they are refused rather than ignored.
+ * @returns {{client: Client, owns: boolean}}
+ */
+export function clientOf(client, options, what) {
+  const { token, tls } = options;
+  if (typeof client === 'string') {
+    const clientOptions = { ...options.clientOptions };
+    if (token !== undefined) clientOptions.token = token;
+    if (tls !== undefined) clientOptions.tls = tls;
+    return { client: new Client(client, clientOptions), owns: true };
+  }
+  if (!(client instanceof Client)) throw new TypeError('client: must be a Client or an address');
+  if (token !== undefined || tls !== undefined) {
+    throw new TypeError(`${what} was given a Client: set token and tls on the Client (connect(address, { token, tls }))`);
+  }
+  return { client, owns: false };
 }
 
 /** Opens a Client (the channel connects on first use). */

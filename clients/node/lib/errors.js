@@ -35,6 +35,15 @@ export class RedqError extends Error {
   }
 }
 
+/**
+ * Whether the server refused the caller: UNAUTHENTICATED (no token, or one
+ * it does not know, or was revoked) or PERMISSION_DENIED (no grant for the
+ * action). Never retried: the same credentials would be refused again.
+ */
+export function isAuthError(code) {
+  return code === grpc.status.UNAUTHENTICATED || code === grpc.status.PERMISSION_DENIED;
+}
+
 /** Status codes a client may retry after a backoff. */
 export function isRetryable(code) {
   return code === grpc.status.UNAVAILABLE;
@@ -44,9 +53,11 @@ export function isRetryable(code) {
  * Whether a stream that ended with this code may be reopened: the codes of
  * broken connections, server shutdowns and server faults, and OK (the server
  * ended the stream with requests unanswered). The others say the request is
- * wrong (INVALID_ARGUMENT, NOT_FOUND, UNIMPLEMENTED…) and would fail again.
+ * wrong (INVALID_ARGUMENT, NOT_FOUND, UNIMPLEMENTED…) or the caller refused
+ * (UNAUTHENTICATED, PERMISSION_DENIED: see isAuthError) and would fail again.
  */
 export function isStreamRetryable(code) {
+  if (isAuthError(code)) return false;
   switch (code) {
     case grpc.status.OK:
     case grpc.status.CANCELLED:

@@ -14,7 +14,7 @@
 // reopened and every unanswered request is sent again).
 
 import grpc from '@grpc/grpc-js';
-import { Client, dedupePrefix } from './client.js';
+import { clientOf, dedupePrefix } from './client.js';
 import { encodePublishStreamRequest, decodePublishStreamResponse, Writer } from './codec.js';
 import { RedqError, isRetryable, isStreamRetryable } from './errors.js';
 import { backoffDelay, checkTime, toMillis, toPayload } from './util.js';
@@ -113,12 +113,14 @@ export class Publisher {
    * @param {number} [options.maxBackoff] ms (default 5000)
    * @param {(err: Error) => void} [options.onError] told of each broken stream (it is reopened)
    * @param {object} [options.clientOptions] for the Client opened when `client` is an address
+   * @param {string} [options.token] with an address: the Client's token (see Client)
+   * @param {boolean|object} [options.tls] with an address: the Client's tls (see Client)
    */
   constructor(client, options = {}) {
-    this._ownsClient = typeof client === 'string';
+    const opened = clientOf(client, options, 'the Publisher');
+    this._ownsClient = opened.owns;
     /** The Client this publisher uses. */
-    this.client = this._ownsClient ? new Client(client, options.clientOptions) : client;
-    if (!(this.client instanceof Client)) throw new TypeError('client: must be a Client or an address');
+    this.client = opened.client;
     this.maxInFlight = options.maxInFlight ?? 8;
     // The server stops reading a stream with 1,000 unanswered requests.
     if (!(this.maxInFlight >= 1 && this.maxInFlight <= 1000)) throw new RangeError('maxInFlight: from 1 to 1000');

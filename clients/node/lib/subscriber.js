@@ -17,7 +17,7 @@
 // itself returns a promise.
 
 import grpc from '@grpc/grpc-js';
-import { Client } from './client.js';
+import { clientOf } from './client.js';
 import { decodeSubscribeResponse, encodeStreamingSubscribeRequest, Writer } from './codec.js';
 import { RedqError, isStreamRetryable } from './errors.js';
 import { backoffDelay } from './util.js';
@@ -44,14 +44,16 @@ class Delivery {
 export class Subscriber {
   /**
    * @param {Client|string} client a Client, or an address to open one for this subscriber
-   * @param {object} [options] defaults for subscribe(), and clientOptions for the Client
+   * @param {object} [options] defaults for subscribe(), and, when `client` is an address,
+   *   clientOptions, token and tls for the Client opened (see Client)
    */
   constructor(client, options = {}) {
-    this._ownsClient = typeof client === 'string';
+    const opened = clientOf(client, options, 'the Subscriber');
+    this._ownsClient = opened.owns;
     /** The Client this subscriber uses. */
-    this.client = this._ownsClient ? new Client(client, options.clientOptions) : client;
-    if (!(this.client instanceof Client)) throw new TypeError('client: must be a Client or an address');
-    this._defaults = options;
+    this.client = opened.client;
+    const { token, tls, clientOptions, ...defaults } = options;
+    this._defaults = defaults;
     this._subscriptions = new Set();
   }
 

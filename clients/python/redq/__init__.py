@@ -9,6 +9,10 @@ Failures raise RedqError, which carries the gRPC status code.
     with redq.Publisher() as publisher:           # $REDQ_ADDR, else 127.0.0.1:50051
         print(publisher.publish("orders", b"hello").result())
 
+Every Publisher, Subscriber and Client takes token= (a bearer token) and
+tls= (True, or a root CA as PEM bytes or a path), tls_cert=/tls_key= (mTLS)
+and tls_server_name=; the default is plaintext without a token.
+
 The generated stubs are importable as redq.queue_pb2, redq.admin_pb2 (and
 their *_grpc modules).
 """

@@ -1,5 +1,6 @@
 """What both APIs share: the error type, time conversions and retry backoff."""
 
+import asyncio
 import datetime
 import os
 import random
@@ -110,7 +111,9 @@ def backoff_delay(attempt, initial=0.1, maximum=5.0):
 
 
 # Stream-level failures after which a client reopens its stream. Anything else
-# (UNIMPLEMENTED, INVALID_ARGUMENT, PERMISSION_DENIED…) is final.
+# (UNIMPLEMENTED, INVALID_ARGUMENT, UNAUTHENTICATED, PERMISSION_DENIED…) is
+# final: a missing, unknown or revoked token or a missing grant does not fix
+# itself by retrying.
 RETRYABLE_STREAM_CODES = frozenset({
     grpc.StatusCode.UNAVAILABLE,
     grpc.StatusCode.UNKNOWN,
@@ -120,6 +123,64 @@ RETRYABLE_STREAM_CODES = frozenset({
     grpc.StatusCode.RESOURCE_EXHAUSTED,
     grpc.StatusCode.CANCELLED,
 })
+
+
+# What grpc.aio reports for a write that failed in its core: see StreamStatus.
+_CORE_INTERNAL = "Internal error from Core"
+
+
+def _result_now(coroutine):
+    """The result of a coroutine that finishes without suspending (else None)."""
+    try:
+        coroutine.send(None)
+    except StopIteration as finished:
+        return finished.value
+    coroutine.close()
+    return None
+
+
+class StreamStatus:
+    """The status a grpc.aio stream ended with, as the server sent it.
+
+    When the server ends a stream (say UNAUTHENTICATED, at once, or a token
+    revoked) while a write is on its way, grpc.aio's write fails in the core
+    and it overwrites the call's status with INTERNAL "Internal error from
+    Core", before or after the server's status arrives: the stream would
+    seem retryable. A done callback, which grpc.aio calls on every status
+    set, keeps the first other status; error() prefers it.
+    """
+
+    __slots__ = ("_status", "_arrived")
+
+    def __init__(self, call):
+        self._status = None
+        self._arrived = None  # future error() waits on for the server's status
+        call.add_done_callback(self._on_done)
+
+    def _on_done(self, call):
+        if self._status is not None:
+            return
+        try:
+            # code() and details() of a finished call finish at once: read them now, before anything overwrites them.
+            code, details = _result_now(call.code()), _result_now(call.details())
+        except Exception:  # noqa: BLE001 (never fail inside grpc's callback)
+            return
+        if code is not None and details != _CORE_INTERNAL:
+            self._status = (code, details or "")
+            resolve_once(self._arrived)
+
+    async def error(self, err, timeout=1.0):
+        """The RedqError of an RpcError the call raised."""
+        error = RedqError.from_rpc_error(err)
+        if error.code != grpc.StatusCode.INTERNAL or error.message != _CORE_INTERNAL:
+            return error
+        if self._status is None:
+            self._arrived = asyncio.get_running_loop().create_future()
+            try:
+                await asyncio.wait_for(self._arrived, timeout)
+            except asyncio.TimeoutError:
+                return error
+        return RedqError(*self._status)
 
 
 def channel_options(extra=None):

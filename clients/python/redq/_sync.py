@@ -18,7 +18,7 @@ from collections import deque
 
 import grpc
 
-from . import _common, _unary
+from . import _security, _unary
 from ._common import RedqError
 from ._proto import admin_pb2_grpc, queue_pb2_grpc
 from ._proto import queue_pb2 as pb
@@ -97,7 +97,7 @@ class Publisher:
 
     Thread-safe. Options as redq.aio.Publisher (target, max_batch_messages,
     max_batch_bytes, linger, max_in_flight, retry_timeout, auto_dedupe,
-    channel_options).
+    channel_options, token, tls, tls_cert, tls_key, tls_server_name).
     """
 
     def __init__(self, target=None, **options):
@@ -245,13 +245,16 @@ class Subscriber:
     """Creates subscriptions whose handlers run in a pool of threads.
 
     target: "host:port" (default $REDQ_ADDR, else 127.0.0.1:50051).
+    token, tls, tls_cert, tls_key, tls_server_name: as redq.aio.Publisher.
     """
 
-    def __init__(self, target=None, *, channel_options=None):
+    def __init__(self, target=None, *, channel_options=None, token=None, tls=None, tls_cert=None, tls_key=None,
+                 tls_server_name=None):
         self._thread = _LoopThread.get()
 
         async def make():
-            return _subscriber.Subscriber(target, channel_options=channel_options)
+            return _subscriber.Subscriber(target, channel_options=channel_options, token=token, tls=tls,
+                                          tls_cert=tls_cert, tls_key=tls_key, tls_server_name=tls_server_name)
         self._core = self._thread.run(make())
 
     def __enter__(self):
@@ -291,12 +294,15 @@ class Client:
     target: "host:port" (default $REDQ_ADDR, else 127.0.0.1:50051), or
     channel= an existing grpc channel. timeout: seconds per call. `admin` is
     the AdminService (see AdminProxy), `queue` the raw QueueService stub.
+    token, tls, tls_cert, tls_key, tls_server_name: as redq.aio.Publisher.
     """
 
-    def __init__(self, target=None, *, channel=None, timeout=10.0, channel_options=None):
+    def __init__(self, target=None, *, channel=None, timeout=10.0, channel_options=None, token=None, tls=None,
+                 tls_cert=None, tls_key=None, tls_server_name=None):
         self._owns_channel = channel is None
-        self._channel = channel or grpc.insecure_channel(
-            target or _common.default_target(), options=_common.channel_options(channel_options))
+        self._channel = _security.open_channel(target, channel, is_async=False, channel_options=channel_options,
+                                               token=token, tls=tls, tls_cert=tls_cert, tls_key=tls_key,
+                                               tls_server_name=tls_server_name)
         self._timeout = timeout
         self.queue = queue_pb2_grpc.QueueServiceStub(self._channel)
         self.admin = _unary.AdminProxy(admin_pb2_grpc.AdminServiceStub(self._channel), timeout, is_async=False)

@@ -2,7 +2,7 @@
 
 import grpc
 
-from .. import _common, _unary
+from .. import _security, _unary
 from .._common import RedqError
 from .._proto import admin_pb2_grpc, queue_pb2_grpc
 from .._proto import queue_pb2 as pb
@@ -13,14 +13,17 @@ class Client:
 
     target: "host:port" (default $REDQ_ADDR, else 127.0.0.1:50051), or
     channel= an existing grpc.aio channel. timeout: seconds per call.
+    token, tls, tls_cert, tls_key, tls_server_name: see Publisher.
     `admin` is the AdminService (see AdminProxy), `queue` the raw
     QueueService stub.
     """
 
-    def __init__(self, target=None, *, channel=None, timeout=10.0, channel_options=None):
+    def __init__(self, target=None, *, channel=None, timeout=10.0, channel_options=None, token=None, tls=None,
+                 tls_cert=None, tls_key=None, tls_server_name=None):
         self._owns_channel = channel is None
-        self._channel = channel or grpc.aio.insecure_channel(
-            target or _common.default_target(), options=_common.channel_options(channel_options))
+        self._channel = _security.open_channel(target, channel, is_async=True, channel_options=channel_options,
+                                               token=token, tls=tls, tls_cert=tls_cert, tls_key=tls_key,
+                                               tls_server_name=tls_server_name)
         self._timeout = timeout
         self.queue = queue_pb2_grpc.QueueServiceStub(self._channel)
         self.admin = _unary.AdminProxy(admin_pb2_grpc.AdminServiceStub(self._channel), timeout, is_async=True)

@@ -21,7 +21,7 @@ from collections import deque
 
 import grpc
 
-from .. import _common
+from .. import _common, _security
 from .._common import RedqError
 from .._proto import queue_pb2 as pb
 from .._proto import queue_pb2_grpc
@@ -116,15 +116,25 @@ class Publisher:
         retried; its messages then fail with the last error.
     auto_dedupe: give each message without a dedupe_id a random one, so that
         retries cannot duplicate it.
+    token: sent as `authorization: Bearer <token>` on the stream.
+    tls: True (system roots), a root CA (PEM bytes or path) or a
+        grpc.ChannelCredentials; default plaintext. tls_cert, tls_key: a client
+        certificate and its key (PEM bytes or paths), for mTLS.
+        tls_server_name: the name the server's certificate is checked against,
+        when it is not the target's host.
+    A request refused UNAUTHENTICATED or PERMISSION_DENIED is not retried: its
+    futures fail with that RedqError (the whole stream refused: all pending ones).
     """
 
     def __init__(self, target=None, *, channel=None, max_batch_messages=1000, max_batch_bytes=3 * 1024 * 1024,
-                 linger=0.0, max_in_flight=8, retry_timeout=60.0, auto_dedupe=True, channel_options=None):
+                 linger=0.0, max_in_flight=8, retry_timeout=60.0, auto_dedupe=True, channel_options=None,
+                 token=None, tls=None, tls_cert=None, tls_key=None, tls_server_name=None):
         if max_batch_messages < 1 or max_batch_bytes < 1 or max_in_flight < 1:
             raise ValueError("max_batch_messages, max_batch_bytes and max_in_flight must be at least 1")
         self._owns_channel = channel is None
-        self._channel = channel or grpc.aio.insecure_channel(
-            target or _common.default_target(), options=_common.channel_options(channel_options))
+        self._channel = _security.open_channel(target, channel, is_async=True, channel_options=channel_options,
+                                               token=token, tls=tls, tls_cert=tls_cert, tls_key=tls_key,
+                                               tls_server_name=tls_server_name)
         self._stub = queue_pb2_grpc.QueueServiceStub(self._channel)
         self._max_messages = max_batch_messages
         self._max_bytes = max_batch_bytes
@@ -334,6 +344,7 @@ class Publisher:
     async def _stream(self):
         """One PublishStream: a writer task and this reader. Returns the RedqError it ended with, or None."""
         call = self._call = self._stub.PublishStream()
+        status = _common.StreamStatus(call)
         self._writer_error = None
         writer = self._loop.create_task(self._write(call))
         try:
@@ -348,7 +359,7 @@ class Publisher:
         except _StreamBroken:
             return RedqError(grpc.StatusCode.UNAVAILABLE, "stream broken (test hook)")
         except grpc.RpcError as err:
-            return RedqError.from_rpc_error(err)
+            return await status.error(err)
         except asyncio.CancelledError:
             if self._writer_error is None:
                 raise  # this task is being cancelled
@@ -370,8 +381,8 @@ class Publisher:
                 await call.write(request.proto)
                 self.stats.requests += 1
                 self.stats.messages += len(request.entries)
-        except grpc.RpcError:
-            pass  # the reader sees the same failure and handles it
+        except (grpc.RpcError, asyncio.InvalidStateError):
+            pass  # the call ended under the write: the reader sees why and handles it
         except asyncio.CancelledError:
             raise
         except Exception as err:  # noqa: BLE001 (end the stream rather than hang)

@@ -19,7 +19,7 @@ from collections import deque
 
 import grpc
 
-from .. import _common
+from .. import _common, _security
 from .._common import RedqError
 from .._proto import queue_pb2 as pb
 from .._proto import queue_pb2_grpc
@@ -419,10 +419,14 @@ class Subscription:
     async def _stream(self):
         """One StreamingSubscribe stream. Returns the RedqError it ended with, or None."""
         call = self._call = self._stub.StreamingSubscribe()
+        status = _common.StreamStatus(call)
         self._writer_error = None
         writer = None
         try:
-            await call.write(pb.StreamingSubscribeRequest(subscribe=self._request))
+            try:
+                await call.write(pb.StreamingSubscribeRequest(subscribe=self._request))
+            except asyncio.InvalidStateError:
+                pass  # the call has ended already: read() raises its status
             writer = self._loop.create_task(self._write(call))
             while True:
                 response = await call.read()
@@ -432,7 +436,7 @@ class Subscription:
                 if response.messages:
                     self._on_messages(response.messages)
         except grpc.RpcError as err:
-            return RedqError.from_rpc_error(err)
+            return await status.error(err)
         except asyncio.CancelledError:
             if self._writer_error is None:
                 raise  # this task is being cancelled
@@ -569,12 +573,17 @@ class Subscriber:
 
     target: "host:port" (default $REDQ_ADDR, else 127.0.0.1:50051), or
     channel= an existing grpc.aio channel (not closed by close()).
+    token, tls, tls_cert, tls_key, tls_server_name: see Publisher. A stream
+    refused or ended UNAUTHENTICATED or PERMISSION_DENIED (say the token was
+    revoked) is not reopened: the subscription stops and wait() raises.
     """
 
-    def __init__(self, target=None, *, channel=None, channel_options=None):
+    def __init__(self, target=None, *, channel=None, channel_options=None, token=None, tls=None, tls_cert=None,
+                 tls_key=None, tls_server_name=None):
         self._owns_channel = channel is None
-        self._channel = channel or grpc.aio.insecure_channel(
-            target or _common.default_target(), options=_common.channel_options(channel_options))
+        self._channel = _security.open_channel(target, channel, is_async=True, channel_options=channel_options,
+                                               token=token, tls=tls, tls_cert=tls_cert, tls_key=tls_key,
+                                               tls_server_name=tls_server_name)
         self._stub = queue_pb2_grpc.QueueServiceStub(self._channel)
         self._subscriptions = []
 
