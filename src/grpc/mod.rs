@@ -1,7 +1,7 @@
 //! gRPC services: request validation and proto <-> domain conversions.
 //! No Redis types appear here.
 
-mod admin;
+pub mod admin;
 mod authorized;
 pub mod codec;
 pub mod content_type;
