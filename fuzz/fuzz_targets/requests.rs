@@ -17,6 +17,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
+use redq::broker::SeekTarget;
 use redq::config::Limits;
 use redq::error::Error;
 use redq::grpc::convert;
@@ -348,21 +349,11 @@ fn validate(kind: usize, body: &[u8]) -> Result<(), Error> {
             };
             convert::check_name("topic", &topic)?;
             convert::check_name("subscription", &subscription)?;
-            // The checks of AdminApi::seek, which are written in the handler.
-            match (time, message_id.is_empty()) {
-                (Some(_), false) => Err(Error::invalid("time", "set time or message_id, not both")),
-                (None, true) => Err(Error::invalid("time", "set time or message_id")),
-                (Some(time), true) => {
-                    let ms = SystemTime::try_from(time)
-                        .ok()
-                        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-                        .ok_or_else(|| Error::invalid("time", "is not a valid time after 1970"))?;
-                    let _ = ms.as_millis() as u64;
-                    Ok(())
-                }
-                (None, false) if is_entry_id(&message_id) => Ok(()),
-                (None, false) => Err(Error::invalid("message_id", "is not a message id")),
+            match convert::seek_target(time, message_id)? {
+                SeekTarget::Message(id) => assert!(is_entry_id(&id)),
+                SeekTarget::Time(_) => {}
             }
+            Ok(())
         }
         other => unreachable!("{other} has no case"),
     }
@@ -444,9 +435,8 @@ fn check_ack_ids(
 }
 
 /// The first request of a StreamingSubscribe stream: the Subscribe fields,
-/// then what `Requests::take` checks of every request (the flow-control
-/// bounds are written in the handler; ack ids that do not parse are
-/// reported to the client, not an error).
+/// then what `Requests::take` checks of every request (ack ids that do not
+/// parse are reported to the client, not an error).
 fn streaming_subscribe(request: pb::StreamingSubscribeRequest, limits: &Limits) -> Result<(), Error> {
     let pb::StreamingSubscribeRequest {
         subscribe: first,
@@ -462,12 +452,10 @@ fn streaming_subscribe(request: pb::StreamingSubscribeRequest, limits: &Limits) 
     let first = first
         .ok_or_else(|| Error::invalid("subscribe", "the first request must open the stream"))?;
     subscribe(first, limits)?;
-    if max_outstanding_messages > limits.max_outstanding_limit {
-        return Err(Error::invalid("max_outstanding_messages", "too many"));
-    }
-    if max_outstanding_bytes > limits.subscribe_buffer_bytes {
-        return Err(Error::invalid("max_outstanding_bytes", "too many"));
-    }
+    let (messages, bytes) =
+        convert::flow_control_update(max_outstanding_messages, max_outstanding_bytes, limits)?;
+    assert!(messages.is_none_or(|n| (1..=limits.max_outstanding_limit).contains(&n)));
+    assert!(bytes.is_none_or(|n| (1..=limits.subscribe_buffer_bytes).contains(&n)));
     convert::nack_delay(nack_delay, limits)?;
     if !modify_deadline_ack_ids.is_empty() {
         let deadline = modify_deadline.ok_or_else(|| {

@@ -3,7 +3,7 @@
 use super::convert;
 use super::targets::Target;
 use crate::auth::{Action, Authorizer, Resource};
-use crate::broker::{Broker, SeekTarget, SubscriptionView, TopicView};
+use crate::broker::{Broker, SubscriptionView, TopicView};
 use crate::config::Limits;
 use crate::error::{Error, Result};
 use crate::pb;
@@ -11,7 +11,7 @@ use crate::pb::admin_service_server::AdminService;
 use crate::store::leases::RetryPolicy;
 use crate::store::stream::{GroupStart, is_entry_id};
 use crate::store::topics::{SubscriptionSettings, SubscriptionUpdate, TopicSettings};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use tonic::{Request, Response, Status};
 
 /// Topics per page when the request does not say, and at most.
@@ -299,27 +299,7 @@ impl AdminService for AdminApi {
         } = request.into_inner();
         convert::check_name("topic", &topic)?;
         convert::check_name("subscription", &subscription)?;
-        let target = match (time, message_id.is_empty()) {
-            (Some(_), false) => {
-                return Err(Error::invalid("time", "set time or message_id, not both").into());
-            }
-            (None, true) => return Err(Error::invalid("time", "set time or message_id").into()),
-            (Some(time), true) => {
-                let ms = SystemTime::try_from(time)
-                    .ok()
-                    .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-                    .ok_or_else(|| Error::invalid("time", "is not a valid time after 1970"))?;
-                SeekTarget::Time(ms.as_millis() as u64)
-            }
-            (None, false) if is_entry_id(&message_id) => SeekTarget::Message(message_id),
-            (None, false) => {
-                return Err(Error::invalid(
-                    "message_id",
-                    "is not the id of a message in the topic (scheduled ids are not)",
-                )
-                .into());
-            }
-        };
+        let target = convert::seek_target(time, message_id)?;
         self.broker.seek(&topic, &subscription, &target).await?;
         Ok(Response::new(pb::SeekResponse {}))
     }

@@ -2,7 +2,7 @@
 //! becomes `Error::InvalidArgument` naming the field.
 
 use crate::broker::ack_id::{self, AckId};
-use crate::broker::{Delivery, DeliveryBatch, SubscribeOptions};
+use crate::broker::{Delivery, DeliveryBatch, SeekTarget, SubscribeOptions};
 use crate::config::Limits;
 use crate::error::{Error, Result};
 use crate::pb;
@@ -468,6 +468,51 @@ fn message(entry: Entry) -> pb::Message {
         publish_time: Some(timestamp_ms(publish_time)),
         deliver_at: Some(timestamp_ms(entry.due_ms.unwrap_or(publish_time))),
     }
+}
+
+/// Where a Seek moves its subscription: a time or a message id, exactly one.
+pub fn seek_target(time: Option<prost_types::Timestamp>, message_id: String) -> Result<SeekTarget> {
+    match (time, message_id.is_empty()) {
+        (Some(_), false) => Err(Error::invalid("time", "set time or message_id, not both")),
+        (None, true) => Err(Error::invalid("time", "set time or message_id")),
+        (Some(time), true) => {
+            let ms = SystemTime::try_from(time)
+                .ok()
+                .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+                .ok_or_else(|| Error::invalid("time", "is not a valid time after 1970"))?;
+            Ok(SeekTarget::Time(ms.as_millis() as u64))
+        }
+        (None, false) if is_entry_id(&message_id) => Ok(SeekTarget::Message(message_id)),
+        (None, false) => Err(Error::invalid(
+            "message_id",
+            "is not the id of a message in the topic (scheduled ids are not)",
+        )),
+    }
+}
+
+/// A StreamingSubscribe request's flow-control updates: the new bounds on
+/// messages and bytes, None where the request leaves one as it is (0).
+pub fn flow_control_update(
+    max_outstanding_messages: u32,
+    max_outstanding_bytes: u64,
+    limits: &Limits,
+) -> Result<(Option<u32>, Option<u64>)> {
+    if max_outstanding_messages > limits.max_outstanding_limit {
+        return Err(Error::invalid(
+            "max_outstanding_messages",
+            format!("at most {}", limits.max_outstanding_limit),
+        ));
+    }
+    if max_outstanding_bytes > limits.subscribe_buffer_bytes {
+        return Err(Error::invalid(
+            "max_outstanding_bytes",
+            format!("at most {}", limits.subscribe_buffer_bytes),
+        ));
+    }
+    Ok((
+        Some(max_outstanding_messages).filter(|&n| n > 0),
+        Some(max_outstanding_bytes).filter(|&n| n > 0),
+    ))
 }
 
 /// Page size and position of a ListDeadLetters request.

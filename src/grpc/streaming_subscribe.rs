@@ -198,24 +198,13 @@ impl Requests {
             confirm,
         } = request;
         let limits = &self.limits;
-        if max_outstanding_messages > 0 {
-            if max_outstanding_messages > limits.max_outstanding_limit {
-                return Err(Error::invalid(
-                    "max_outstanding_messages",
-                    format!("at most {}", limits.max_outstanding_limit),
-                ));
-            }
-            self.control.set_max_outstanding(max_outstanding_messages);
+        let (messages, bytes) =
+            convert::flow_control_update(max_outstanding_messages, max_outstanding_bytes, limits)?;
+        if let Some(messages) = messages {
+            self.control.set_max_outstanding(messages);
         }
-        if max_outstanding_bytes > 0 {
-            if max_outstanding_bytes > limits.subscribe_buffer_bytes {
-                return Err(Error::invalid(
-                    "max_outstanding_bytes",
-                    format!("at most {}", limits.subscribe_buffer_bytes),
-                ));
-            }
-            self.control
-                .set_max_outstanding_bytes(max_outstanding_bytes);
+        if let Some(bytes) = bytes {
+            self.control.set_max_outstanding_bytes(bytes);
         }
         let delay = convert::nack_delay(nack_delay, limits)?;
         if !modify_deadline_ack_ids.is_empty() {
