@@ -58,17 +58,23 @@ def _start_server():
                 os.kill(int(f.read().strip()), 15)
         shutil.rmtree(work, ignore_errors=True)
     atexit.register(stop)
+    return wait_for_grpc_addr(server, log, "redq serve")
+
+
+def wait_for_grpc_addr(process, log, what):
+    """The gRPC address a starting redq prints to `log` (its stderr file);
+    raises with the log if `process` exits or 15 s pass first."""
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
         log.seek(0)
         found = re.search(r"grpc_addr=(\S+)", log.read())
         if found:
             return found.group(1)
-        if server.poll() is not None:
+        if process.poll() is not None:
             break
         time.sleep(0.05)
     log.seek(0)
-    raise RuntimeError(f"redq serve did not start:\n{log.read()}")
+    raise RuntimeError(f"{what} did not start:\n{log.read()}")
 
 
 def topic(name="t"):

@@ -13,7 +13,6 @@ import hashlib
 import json
 import logging
 import os
-import re
 import secrets
 import shutil
 import signal
@@ -109,17 +108,7 @@ class SecuredServers:
              "--dir", self.path(f"{name}-dev"), "--auth-tokens-file", self.path("tokens.json"), *flags],
             stdout=log, stderr=log, stdin=subprocess.DEVNULL)
         self.processes.append((process, log))
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            log.seek(0)
-            found = re.search(r"grpc_addr=(\S+)", log.read())
-            if found:
-                return found.group(1)
-            if process.poll() is not None:
-                break
-            time.sleep(0.05)
-        log.seek(0)
-        raise RuntimeError(f"redq dev ({name}) did not start:\n{log.read()}")
+        return support.wait_for_grpc_addr(process, log, f"redq dev ({name})")
 
     def revoke(self, name):
         """Removes a token from the file and has both servers reload it at once (SIGHUP)."""
