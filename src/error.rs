@@ -12,6 +12,10 @@ pub enum Error {
     /// The named thing does not exist.
     #[error("{0} not found")]
     NotFound(String),
+
+    /// The request is valid, but not in the state the named field needs.
+    #[error("{field}: {reason}")]
+    FailedPrecondition { field: String, reason: String },
     /// The named thing exists already.
     #[error("{0} already exists")]
     AlreadyExists(String),
@@ -119,7 +123,9 @@ impl From<Error> for Status {
             Error::NotFound(_) => Status::not_found(err.to_string()),
             Error::AlreadyExists(_) => Status::already_exists(err.to_string()),
             Error::ResourceExhausted(_) => Status::resource_exhausted(err.to_string()),
-            Error::LeaseLost(_) => Status::failed_precondition(err.to_string()),
+            Error::LeaseLost(_) | Error::FailedPrecondition { .. } => {
+                Status::failed_precondition(err.to_string())
+            }
             Error::ShuttingDown | Error::NotReplicated => Status::unavailable(err.to_string()),
             Error::Unavailable(_) | Error::PoolTimeout => {
                 tracing::warn!(error = ?err, "redis unavailable");

@@ -189,6 +189,8 @@ async fn subscriptions_are_created_read_listed_updated_and_deleted() {
         max_delivery_attempts: Some(4),
         dead_lettering: Some(true),
         start: pb::StartPosition::Earliest.into(),
+        message_ordering: Some(false),
+        max_blocked: None,
     };
     let created = admin
         .create_subscription(pb::CreateSubscriptionRequest {

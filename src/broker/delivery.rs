@@ -45,6 +45,8 @@ pub struct SubscribeOptions {
     pub start: GroupStart,
     /// Retry settings of the subscription, if this call creates it.
     pub retry: RetryPolicy,
+    /// Create the subscription ordered per ordering key; an existing one must be.
+    pub message_ordering: bool,
 }
 
 /// A stream's flow control, which a StreamingSubscribe client can change
@@ -138,6 +140,8 @@ pub struct Delivery {
 pub(super) struct DeliveryLoop {
     pub broker: Broker,
     pub options: SubscribeOptions,
+    /// The subscription delivers in order per ordering key.
+    pub ordered: bool,
     pub ack_deadline: Duration,
     /// Unique name of this stream in the consumer group.
     pub consumer: String,
@@ -167,6 +171,7 @@ impl DeliveryLoop {
             // then; its lease must not run while it waits.
             lease: self.ack_deadline + broker.promote_ahead,
             max_message_bytes: broker.max_message_bytes,
+            ordered: self.ordered,
         };
         let mut held = Held::default();
         // The bytes of the deliveries `held` holds.
@@ -228,7 +233,14 @@ impl DeliveryLoop {
                 lease_ends.push_back(received + spec.lease);
             }
             // Full batch, or full stream with more to take: let another stream help.
-            let more = count >= limit || fetched.bytes_full;
+            if fetched.keys_handed > 0 {
+                // Entries that took their key may go to any stream, here or elsewhere.
+                let _ = broker
+                    .wakeups
+                    .deliveries_returned(&self.options.topic)
+                    .await;
+            }
+            let more = count >= limit || fetched.more_waiting;
             if more || (count > 0 && !fetched.has_room) {
                 topic.pass_turn();
             }

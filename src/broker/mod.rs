@@ -18,10 +18,10 @@ pub use delivery::{Delivery, DeliveryBatch, FlowControl, SubscribeOptions};
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::store::dead_letters::DeadLetterPage;
-use crate::store::leases::{Ended, Lease};
+use crate::store::leases::{Acked, Ended, Lease};
 use crate::store::scheduled::Rescheduled;
 use crate::store::stream::{Due, NewMessage, Published, parse_entry_id};
-use crate::store::topics::{SubscriptionSettings, TopicSettings};
+use crate::store::topics::{DEFAULT_MAX_BLOCKED, SubscriptionSettings, TopicSettings};
 use crate::store::{Store, TopicKeys};
 use ack_id::AckId;
 use budget::{ByteBudget, StreamBudget};
@@ -261,6 +261,8 @@ impl Broker {
             ack_deadline: None,
             retry: options.retry,
             dead_lettering: true,
+            message_ordering: options.message_ordering,
+            max_blocked: DEFAULT_MAX_BLOCKED,
         };
         self.store
             .ensure_subscription(&keys, &options.subscription, options.start, &defaults)
@@ -270,6 +272,12 @@ impl Broker {
             .subscription_settings(&keys, &options.subscription)
             .await?
             .unwrap_or(defaults);
+        if options.message_ordering && !stored.message_ordering {
+            return Err(Error::FailedPrecondition {
+                field: "enable_message_ordering".into(),
+                reason: "the subscription exists without message ordering, which is fixed at its creation".into(),
+            });
+        }
         // The stream's own deadline, else the subscription's, else the server's.
         let ack_deadline = options
             .ack_deadline
@@ -295,6 +303,7 @@ impl Broker {
             DeliveryLoop {
                 broker: self.clone(),
                 options,
+                ordered: stored.message_ordering,
                 ack_deadline,
                 consumer,
                 control: control.clone(),
@@ -311,19 +320,27 @@ impl Broker {
 
     /// Acknowledges deliveries. Ack ids that are not current (unknown,
     /// already acked, nacked or redelivered since) or were issued for another
-    /// subscription are ignored and counted, never applied.
+    /// subscription are ignored and counted, never applied; on an ordered
+    /// subscription they are refused as well ([`Error::LeaseLost`]), and the
+    /// others applied.
     #[tracing::instrument(level = "debug", skip_all, fields(topic = %topic, subscription = %subscription))]
     pub async fn ack(&self, topic: &str, subscription: &str, ack_ids: &[AckId]) -> Result<()> {
-        let (leases, _) = issued_for(ack_ids, topic, subscription);
+        let (leases, ours) = issued_for(ack_ids, topic, subscription);
         let acked = self
             .store
             .ack(&TopicKeys::new(topic), subscription, &leases)
             .await?;
-        self.acked(topic, subscription, ack_ids.len(), acked, &leases)
-            .await
+        self.acked(topic, subscription, ack_ids.len(), &acked, &leases)
+            .await?;
+        if acked.ordered && acked.count < ack_ids.len() as u64 {
+            let applied = applied_acks(ack_ids, &ours, acked.ids);
+            return lost_leases(ack_ids, &vec![true; ack_ids.len()], &applied);
+        }
+        Ok(())
     }
 
-    /// Like [`Self::ack`], telling for each ack id whether it was applied.
+    /// Like [`Self::ack`], telling for each ack id whether it was applied
+    /// (and refusing none: the caller reports them).
     #[tracing::instrument(level = "debug", skip_all, fields(topic = %topic, subscription = %subscription))]
     pub async fn ack_confirmed(
         &self,
@@ -332,40 +349,34 @@ impl Broker {
         ack_ids: &[AckId],
     ) -> Result<Vec<bool>> {
         let (leases, ours) = issued_for(ack_ids, topic, subscription);
-        let mut acked: HashSet<String> = self
+        let mut acked = self
             .store
             .ack_listed(&TopicKeys::new(topic), subscription, &leases)
-            .await?
-            .into_iter()
-            .collect();
-        self.acked(
-            topic,
-            subscription,
-            ack_ids.len(),
-            acked.len() as u64,
-            &leases,
-        )
-        .await?;
-        // An entry acked once answers for the first of its ack ids only.
-        Ok(ack_ids
-            .iter()
-            .zip(ours)
-            .map(|(id, ours)| ours && acked.remove(&canonical_entry_id(&id.lease.entry_id)))
-            .collect())
+            .await?;
+        self.acked(topic, subscription, ack_ids.len(), &acked, &leases)
+            .await?;
+        Ok(applied_acks(ack_ids, &ours, std::mem::take(&mut acked.ids)))
     }
 
-    /// Counts an ack call and wakes the streams whose room it freed.
+    /// Counts an ack call and wakes the streams whose room it freed, and
+    /// those that may take the entries it handed ordering keys to.
     async fn acked(
         &self,
         topic: &str,
         subscription: &str,
         asked: usize,
-        acked: u64,
+        acked: &Acked,
         leases: &[Lease],
     ) -> Result<()> {
-        self.metrics.acked(topic, subscription, acked);
-        self.metrics
-            .ack_ids_ignored(topic, subscription, (asked as u64).saturating_sub(acked));
+        self.metrics.acked(topic, subscription, acked.count);
+        self.metrics.ack_ids_ignored(
+            topic,
+            subscription,
+            (asked as u64).saturating_sub(acked.count),
+        );
+        if acked.keys_handed > 0 {
+            self.wakeups.deliveries_returned(topic).await?;
+        }
         self.wakeups
             .room_freed(leases.iter().map(|l| l.consumer.as_str()))
             .await
@@ -385,7 +396,7 @@ impl Broker {
         delay: Option<Duration>,
     ) -> Result<()> {
         let (leases, ours) = issued_for(ack_ids, topic, subscription);
-        let ended = self
+        let (ended, _keys_handed) = self
             .store
             .end_leases(&TopicKeys::new(topic), subscription, &leases, delay)
             .await?;
@@ -488,6 +499,18 @@ fn issued_for(ack_ids: &[AckId], topic: &str, subscription: &str) -> (Vec<Lease>
         .map(|(id, _)| id.lease.clone())
         .collect();
     (leases, ours)
+}
+
+/// For each ack id, whether it was applied: issued for this subscription
+/// (`ours`) and among the entry ids `acked`. An entry acked once answers for
+/// the first of its ack ids only.
+fn applied_acks(ack_ids: &[AckId], ours: &[bool], acked: Vec<String>) -> Vec<bool> {
+    let mut acked: HashSet<String> = acked.into_iter().collect();
+    ack_ids
+        .iter()
+        .zip(ours)
+        .map(|(id, ours)| *ours && acked.remove(&canonical_entry_id(&id.lease.entry_id)))
+        .collect()
 }
 
 /// An entry id as Redis writes it (`007-0` is `7-0`).

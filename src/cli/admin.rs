@@ -140,6 +140,13 @@ fn stats_text(topic: &pb::Topic, subscriptions: &[pb::Subscription]) -> String {
         "CONSUMERS",
     ]);
     let mut consumers = Table::new(&["SUBSCRIPTION", "CONSUMER", "PENDING", "IDLE"]);
+    let mut ordered = Table::new(&[
+        "ORDERED SUBSCRIPTION",
+        "ACTIVE KEYS",
+        "BLOCKED",
+        "OLDEST BLOCKED",
+        "AT BLOCKED CAP",
+    ]);
     for subscription in subscriptions {
         let name = &subscription.name;
         let stats = subscription.stats.clone().unwrap_or_default();
@@ -152,6 +159,16 @@ fn stats_text(topic: &pb::Topic, subscriptions: &[pb::Subscription]) -> String {
             stats.acked_count.to_string(),
             stats.consumers.len().to_string(),
         ]);
+        let settings = subscription.settings.unwrap_or_default();
+        if settings.message_ordering == Some(true) {
+            ordered.row(vec![
+                name.clone(),
+                stats.active_keys.to_string(),
+                stats.blocked.to_string(),
+                format::duration(stats.oldest_blocked_age.as_ref()),
+                if stats.at_blocked_cap { "yes" } else { "no" }.into(),
+            ]);
+        }
         for consumer in &stats.consumers {
             consumers.row(vec![
                 name.clone(),
@@ -167,9 +184,11 @@ fn stats_text(topic: &pb::Topic, subscriptions: &[pb::Subscription]) -> String {
     } else {
         text.push_str(&rows.render());
     }
-    if !consumers.is_empty() {
-        text.push('\n');
-        text.push_str(&consumers.render());
+    for table in [ordered, consumers] {
+        if !table.is_empty() {
+            text.push('\n');
+            text.push_str(&table.render());
+        }
     }
     text
 }
@@ -398,6 +417,7 @@ mod tests {
                 }],
                 dead_letters: 1,
                 acked_count: 5,
+                ..Default::default()
             }),
         };
         let text = stats_text(&topic, &[billing]);

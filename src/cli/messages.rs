@@ -353,6 +353,7 @@ pub async fn subscribe(args: SubscribeArgs) -> Result<(), BoxError> {
         consumer,
         ack_deadline,
         start,
+        ordered,
         server,
     } = args;
     let mut client = queue_client(connect(&server.server, &server.tls).await?);
@@ -375,6 +376,7 @@ pub async fn subscribe(args: SubscribeArgs) -> Result<(), BoxError> {
         retry_policy: None,
         max_delivery_attempts: 0,
         max_outstanding_bytes: 0,
+        enable_message_ordering: ordered,
     };
     let mut stream = client
         .subscribe(request)

@@ -178,6 +178,9 @@ pub struct SubscribeArgs {
     /// Where the subscription starts if this call creates it.
     #[arg(long, value_enum, default_value_t = StartArg::Earliest)]
     pub start: StartArg,
+    /// Create the subscription ordered per ordering key (an existing one must be).
+    #[arg(long)]
+    pub ordered: bool,
     #[command(flatten)]
     pub server: ServerArg,
 }

@@ -10,7 +10,9 @@ use crate::pb;
 use crate::pb::admin_service_server::AdminService;
 use crate::store::leases::RetryPolicy;
 use crate::store::stream::{GroupStart, is_entry_id};
-use crate::store::topics::{SubscriptionSettings, SubscriptionUpdate, TopicSettings};
+use crate::store::topics::{
+    DEFAULT_MAX_BLOCKED, SubscriptionSettings, SubscriptionUpdate, TopicSettings,
+};
 use std::time::Duration;
 use tonic::{Request, Response, Status};
 
@@ -402,7 +404,8 @@ pub fn new_subscription(
         Ok(_) => GroupStart::Earliest,
         Err(_) => return Err(Error::invalid("settings.start", "unknown start position")),
     };
-    let update = subscription_update(settings, limits)?;
+    let message_ordering = settings.message_ordering.unwrap_or(false);
+    let update = subscription_settings(settings, limits)?;
     let settings = SubscriptionSettings {
         ack_deadline: update.ack_deadline,
         retry: RetryPolicy {
@@ -410,9 +413,11 @@ pub fn new_subscription(
             maximum_backoff: update.maximum_backoff.unwrap_or(limits.retry_max_backoff),
             max_delivery_attempts: update
                 .max_delivery_attempts
-                .unwrap_or(limits.max_delivery_attempts),
+                .unwrap_or_else(|| convert::delivery_attempts_default(limits, message_ordering)),
         },
         dead_lettering: update.dead_lettering.unwrap_or(true),
+        message_ordering,
+        max_blocked: update.max_blocked.unwrap_or(DEFAULT_MAX_BLOCKED),
     };
     if settings.retry.minimum_backoff > settings.retry.maximum_backoff {
         return Err(Error::invalid(
@@ -423,7 +428,22 @@ pub fn new_subscription(
     Ok((start, settings))
 }
 
+/// UpdateSubscription: the settings given; those fixed at creation may not change.
 pub fn subscription_update(
+    settings: pb::SubscriptionSettings,
+    limits: &Limits,
+) -> Result<SubscriptionUpdate> {
+    if settings.message_ordering.is_some() {
+        return Err(Error::invalid(
+            "settings.message_ordering",
+            "fixed at the subscription's creation",
+        ));
+    }
+    subscription_settings(settings, limits)
+}
+
+/// The settings of a create or an update, checked.
+fn subscription_settings(
     settings: pb::SubscriptionSettings,
     limits: &Limits,
 ) -> Result<SubscriptionUpdate> {
@@ -432,8 +452,13 @@ pub fn subscription_update(
         retry_policy,
         max_delivery_attempts,
         dead_lettering,
-        start: _, // only at creation, see new_subscription
+        start: _,            // only at creation, see new_subscription
+        message_ordering: _, // likewise
+        max_blocked,
     } = settings;
+    if max_blocked == Some(0) {
+        return Err(Error::invalid("settings.max_blocked", "must be positive"));
+    }
     let pb::RetryPolicy {
         minimum_backoff,
         maximum_backoff,
@@ -453,6 +478,7 @@ pub fn subscription_update(
         maximum_backoff: backoff("settings.retry_policy.maximum_backoff", maximum_backoff)?,
         max_delivery_attempts,
         dead_lettering,
+        max_blocked,
     })
 }
 
@@ -475,6 +501,8 @@ fn subscription_pb(view: SubscriptionView) -> pb::Subscription {
             max_delivery_attempts: Some(settings.retry.max_delivery_attempts),
             dead_lettering: Some(settings.dead_lettering),
             start: pb::StartPosition::Unspecified.into(),
+            message_ordering: Some(settings.message_ordering),
+            max_blocked: settings.message_ordering.then_some(settings.max_blocked),
         }),
         stats: Some(pb::SubscriptionStats {
             pending: stats.pending,
@@ -491,6 +519,10 @@ fn subscription_pb(view: SubscriptionView) -> pb::Subscription {
                 .collect(),
             dead_letters: stats.dead_letters,
             acked_count: stats.acked,
+            active_keys: stats.ordering.active_keys,
+            blocked: stats.ordering.blocked,
+            oldest_blocked_age: stats.ordering.oldest_blocked_age.map(duration_pb),
+            at_blocked_cap: stats.ordering.at_blocked_cap,
         }),
     }
 }

@@ -10,6 +10,7 @@ use crate::store::dead_letters::{DeadLetter, DeadLetterReason};
 use crate::store::leases::RetryPolicy;
 use crate::store::scheduled::Rescheduled;
 use crate::store::stream::{Due, Entry, GroupStart, NewMessage, Published, is_entry_id};
+use crate::store::topics::ORDERED_MAX_DELIVERY_ATTEMPTS;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Longest topic, subscription or consumer name.
@@ -294,6 +295,7 @@ pub fn subscribe_options(
         retry_policy,
         max_delivery_attempts,
         max_outstanding_bytes,
+        enable_message_ordering,
     } = request;
     check_name("topic", &topic)?;
     check_name("subscription", &subscription)?;
@@ -351,7 +353,7 @@ pub fn subscribe_options(
         )?
         .unwrap_or(limits.retry_max_backoff),
         max_delivery_attempts: match max_delivery_attempts {
-            0 => limits.max_delivery_attempts,
+            0 => delivery_attempts_default(limits, enable_message_ordering),
             n => n,
         },
     };
@@ -370,7 +372,18 @@ pub fn subscribe_options(
         ack_deadline,
         start,
         retry,
+        message_ordering: enable_message_ordering,
     })
+}
+
+/// Deliveries before dead-lettering when a new subscription names none: the
+/// server's default, except that an ordered subscription gets a finite one
+/// (a poison message blocks its key until it is dead-lettered).
+pub fn delivery_attempts_default(limits: &Limits, ordered: bool) -> u32 {
+    match limits.max_delivery_attempts {
+        0 if ordered => ORDERED_MAX_DELIVERY_ATTEMPTS,
+        n => n,
+    }
 }
 
 /// A lease length: positive (or zero when `zero_allowed`) and at most the limit.

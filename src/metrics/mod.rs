@@ -5,6 +5,7 @@
 //! gauges (stream length, pending, lag…) are read from Redis at scrape time,
 //! within a time bound, for the topics this replica has labels for.
 
+mod ordering;
 mod security;
 
 use crate::store::Store;
@@ -91,6 +92,7 @@ struct Inner {
     pool_idle: Gauge,
     resident_memory: Gauge,
     scrape_failures: Counter,
+    ordering: ordering::OrderingGauges,
     security: SecurityMetrics,
 }
 
@@ -129,10 +131,12 @@ impl Metrics {
             pool_idle: Gauge::default(),
             resident_memory: Gauge::default(),
             scrape_failures: Counter::default(),
+            ordering: ordering::OrderingGauges::default(),
             security: SecurityMetrics::default(),
         };
         let r = &mut inner.registry;
         inner.security.register(r);
+        inner.ordering.register(r);
         r.register(
             "redq_build",
             "Version of this redq binary",
@@ -427,6 +431,7 @@ impl Metrics {
         inner.lag.clear();
         inner.dead_letters.clear();
         inner.oldest_unacked.clear();
+        inner.ordering.clear();
         let now_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
@@ -463,6 +468,7 @@ impl Metrics {
                     now.saturating_sub(oldest) as f64 / 1000.0
                 });
                 inner.oldest_unacked.get_or_create(&labels).set(age);
+                inner.ordering.set(&labels, &sub.ordering);
             }
         }
     }

@@ -1,6 +1,7 @@
 //! Point-in-time sizes of a topic and its subscriptions, read for the
 //! Prometheus gauges, and the state of the connection pool.
 
+use super::ordering::{ORDERING_READS, OrderingStats, queue_ordering_reads, read_ordering};
 use super::stream::{as_array, as_int, as_string, entry_time_ms};
 use super::{Store, TopicKeys};
 use crate::error::Result;
@@ -29,6 +30,8 @@ pub struct SubscriptionGauges {
     pub dead_letters: u64,
     /// When the oldest pending entry entered the stream, ms since the epoch.
     pub oldest_unacked_ms: Option<u64>,
+    /// Ordered subscriptions: their keys and blocked entries.
+    pub ordering: OrderingStats,
 }
 
 /// Connections of the pool.
@@ -95,9 +98,11 @@ impl Store {
                 .cmd("XPENDING")
                 .arg(keys.stream())
                 .arg(&sub.name);
+            queue_ordering_reads(&mut pipe, &keys, &sub.name);
         }
         let replies: Vec<Value> = pipe.query_async(&mut conn).await?;
         let mut replies = replies.into_iter();
+        let now_ms = gauges.redis_now_ms.unwrap_or(0);
         for sub in &mut gauges.subscriptions {
             let (Some(dead_letters), Some(summary)) = (replies.next(), replies.next()) else {
                 break;
@@ -109,6 +114,8 @@ impl Store {
                 .nth(1)
                 .and_then(|id| as_string(id).ok())
                 .and_then(|id| entry_time_ms(&id));
+            let mut ordering = replies.by_ref().take(ORDERING_READS);
+            sub.ordering = read_ordering(&mut ordering, now_ms)?;
         }
         Ok(gauges)
     }

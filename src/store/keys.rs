@@ -65,13 +65,34 @@ impl TopicKeys {
         format!("redq:{{{}}}:sub:{}:dlq", self.topic, subscription)
     }
 
+    /// HASH of an ordered subscription's keys in use: ordering key → the
+    /// entry that holds it (leased, or parked for a retry).
+    pub fn key_holders(&self, subscription: &str) -> String {
+        format!("redq:{{{}}}:sub:{}:holders", self.topic, subscription)
+    }
+
+    /// HASH, the other way round: holding entry id → its ordering key.
+    pub fn held_keys(&self, subscription: &str) -> String {
+        format!("redq:{{{}}}:sub:{}:held", self.topic, subscription)
+    }
+
+    /// ZSET (all scores 0) of an ordered subscription's entries waiting for
+    /// their key: members `<key length>:<key> <entry id, zero-padded>`, so
+    /// that one key's entries sort together, in stream order.
+    pub fn blocked(&self, subscription: &str) -> String {
+        format!("redq:{{{}}}:sub:{}:blocked", self.topic, subscription)
+    }
+
     /// The keys a lease operation on `subscription` touches, in script order.
-    pub fn lease_keys(&self, subscription: &str) -> [String; 4] {
+    pub fn lease_keys(&self, subscription: &str) -> [String; 7] {
         [
             self.stream(),
             self.timers(subscription),
             self.subscription(subscription),
             self.dead_letters(subscription),
+            self.key_holders(subscription),
+            self.held_keys(subscription),
+            self.blocked(subscription),
         ]
     }
 }

@@ -37,8 +37,26 @@ pub struct Fetched {
     pub now_ms: u64,
     /// Entries of the subscription this fetch dead-lettered (last lease ran out).
     pub dead_lettered: u64,
-    /// The byte limit stopped the fetch; more may be waiting.
-    pub bytes_full: bool,
+    /// The byte limit, or the most entries one fetch reads, stopped the
+    /// fetch; more may be waiting.
+    pub more_waiting: bool,
+    /// Ordering keys the fetch handed to their next entry (an entry
+    /// dead-lettered or gone): deliveries another stream may take.
+    pub keys_handed: u64,
+}
+
+/// What an ack did.
+#[derive(Debug, Default)]
+pub struct Acked {
+    /// Deliveries acked.
+    pub count: u64,
+    /// Their entry ids, when asked for, and always on an ordered subscription.
+    pub ids: Vec<String>,
+    /// The subscription delivers in order per ordering key, which refuses
+    /// acks of deliveries that are no longer current.
+    pub ordered: bool,
+    /// Ordering keys handed to their next entry.
+    pub keys_handed: u64,
 }
 
 /// What ending one lease did.
@@ -63,6 +81,8 @@ pub struct ConsumerSpec<'a> {
     /// The most bytes one message can have (payload, attributes, ordering
     /// key): a fetch reads no more at once than its byte limit could hold at that size.
     pub max_message_bytes: u64,
+    /// The subscription delivers in order per ordering key.
+    pub ordered: bool,
 }
 
 /// How a subscription retries and when it gives up.
@@ -93,6 +113,9 @@ impl Store {
         let created: i64 = ENSURE_SUBSCRIPTION
             .key(keys.stream())
             .key(keys.subscription(subscription))
+            .key(keys.key_holders(subscription))
+            .key(keys.held_keys(subscription))
+            .key(keys.blocked(subscription))
             .arg(subscription)
             .arg(start_id)
             .arg(retry.minimum_backoff.as_millis() as u64)
@@ -100,6 +123,8 @@ impl Store {
             .arg(retry.max_delivery_attempts)
             .arg(settings.ack_deadline.map_or(0, |d| d.as_millis() as u64))
             .arg(u8::from(settings.dead_lettering))
+            .arg(u8::from(settings.message_ordering))
+            .arg(settings.max_blocked)
             .invoke_async(&mut conn)
             .await?;
         Ok(created == 1)
@@ -124,6 +149,7 @@ impl Store {
             .arg(spec.lease.as_millis() as u64)
             .arg(max_bytes)
             .arg(spec.max_message_bytes)
+            .arg(u8::from(spec.ordered))
             .invoke_async(&mut conn)
             .await
             .map_err(group_missing_is_not_found)?;
@@ -142,9 +168,11 @@ impl Store {
         let room = as_int(reply.next().unwrap_or(Value::Nil))?;
         let now_ms = as_int(reply.next().unwrap_or(Value::Nil))?;
         let dead_lettered = as_int(reply.next().unwrap_or(Value::Int(0)))?;
-        let bytes_full = as_int(reply.next().unwrap_or(Value::Int(0)))? == 1;
+        let more_waiting = as_int(reply.next().unwrap_or(Value::Int(0)))? == 1;
+        let keys_handed = as_int(reply.next().unwrap_or(Value::Int(0)))?;
         Ok(Fetched {
-            bytes_full,
+            more_waiting,
+            keys_handed: u64::try_from(keys_handed).unwrap_or(0),
             deliveries,
             next_expiry: u64::try_from(wait).ok().map(Duration::from_millis),
             has_room: room > 0,
@@ -154,34 +182,30 @@ impl Store {
     }
 
     /// Acknowledges the deliveries still held by their consumer: they leave
-    /// the subscription's pending list for good. Returns how many were held.
-    pub async fn ack(&self, keys: &TopicKeys, group: &str, leases: &[Lease]) -> Result<u64> {
+    /// the subscription's pending list for good.
+    pub async fn ack(&self, keys: &TopicKeys, group: &str, leases: &[Lease]) -> Result<Acked> {
         self.ack_script(keys, group, leases, "n").await
     }
 
-    /// Like [`Self::ack`], returning the entry ids of the deliveries acked.
+    /// Like [`Self::ack`], with the entry ids of the deliveries acked.
     pub async fn ack_listed(
         &self,
         keys: &TopicKeys,
         group: &str,
         leases: &[Lease],
-    ) -> Result<Vec<String>> {
+    ) -> Result<Acked> {
         self.ack_script(keys, group, leases, "i").await
     }
 
-    async fn ack_script<T: redis::FromRedisValue>(
+    async fn ack_script(
         &self,
         keys: &TopicKeys,
         group: &str,
         leases: &[Lease],
         reply: &str,
-    ) -> Result<T> {
-        let mut invocation = ACK.key(keys.stream());
-        invocation
-            .key(keys.timers(group))
-            .key(keys.subscription(group))
-            .arg(group)
-            .arg(reply);
+    ) -> Result<Acked> {
+        let mut invocation = ACK.key(&keys.lease_keys(group)[..]);
+        invocation.arg(group).arg(reply);
         for (consumer, held) in by_consumer(leases) {
             let (first, last) = (&held[0].0, &held[held.len() - 1].0);
             invocation
@@ -194,12 +218,17 @@ impl Store {
             }
         }
         let mut conn = self.shared();
-        let acked = invocation
+        let (count, ids, ordered, keys_handed): (u64, Vec<String>, u8, u64) = invocation
             .invoke_async(&mut conn)
             .await
             .map_err(group_missing_is_not_found)?;
         self.replicated(&mut conn, &keys.stream()).await?;
-        Ok(acked)
+        Ok(Acked {
+            count,
+            ids,
+            ordered: ordered == 1,
+            keys_handed,
+        })
     }
 
     /// Sets each lease still held by its consumer to end `lease` from now.
@@ -222,26 +251,28 @@ impl Store {
 
     /// Ends the leases still held by their consumer: each message is parked
     /// for `delay` (None: the subscription's retry backoff), or dead-lettered
-    /// after its last attempt. Returns what happened to each lease.
+    /// after its last attempt. Returns what happened to each lease, and the
+    /// ordering keys handed to their next entry by dead-lettering.
     pub async fn end_leases(
         &self,
         keys: &TopicKeys,
         group: &str,
         leases: &[Lease],
         delay: Option<Duration>,
-    ) -> Result<Vec<Ended>> {
+    ) -> Result<(Vec<Ended>, u64)> {
         let delay_ms = delay.map_or(-1, |d| d.as_millis() as i64);
         let mut invocation = END_LEASES.key(&keys.lease_keys(group)[..]);
         invocation.arg(group).arg(delay_ms);
-        let ended: Vec<i64> = self.with_leases(invocation, leases).await?;
-        Ok(ended
+        let (ended, keys_handed): (Vec<i64>, u64) = self.with_leases(invocation, leases).await?;
+        let ended = ended
             .into_iter()
             .map(|ended| match ended {
                 1 => Ended::Parked,
                 2 => Ended::DeadLettered,
                 _ => Ended::Lost,
             })
-            .collect())
+            .collect();
+        Ok((ended, keys_handed))
     }
 
     /// Runs a lease script with one (entry id, consumer, delivery count)

@@ -6,6 +6,7 @@ pub mod dead_letters;
 pub mod gauges;
 pub mod keys;
 pub mod leases;
+pub mod ordering;
 pub mod scheduled;
 mod scripts;
 pub mod stream;

@@ -113,5 +113,5 @@ script!(PROMOTE_DUE, "promote_due.lua", with_lib);
 script!(CANCEL_SCHEDULED, "cancel_scheduled.lua");
 script!(RESCHEDULE, "reschedule.lua", with_lib);
 script!(REDRIVE_DEAD_LETTERS, "redrive_dead_letters.lua");
-script!(SEEK, "seek.lua");
+script!(SEEK, "seek.lua", with_lib);
 script!(TRIM_STREAM, "trim_stream.lua", with_lib);

@@ -3,9 +3,10 @@
 //!
 //! An entry holds one field, `m`: the message (payload, attributes, ordering
 //! key) encoded once with protobuf, which keeps Redis memory per message low
-//! and lets scripts move a message without decoding it. Promoted scheduled
-//! messages add `i` (message id) and `d` (due time, ms); dead letters add
-//! `e`, `n`, `r` (see lua/lib.lua).
+//! and lets scripts move a message without decoding it. A message with an
+//! ordering key also has `k`, the key again, for the scripts of ordered
+//! subscriptions. Promoted scheduled messages add `i` (message id) and `d`
+//! (due time, ms); dead letters add `e`, `n`, `r` (see lua/lib.lua).
 
 use super::scripts::{APPEND_MESSAGES, PUBLISH_MESSAGES};
 use super::{Store, TopicKeys};
@@ -201,7 +202,9 @@ impl Store {
         let mut invocation = APPEND_MESSAGES.key(keys.stream());
         invocation.key(keys.settings());
         for message in messages {
-            invocation.arg(encode_message(message));
+            invocation
+                .arg(&message.ordering_key)
+                .arg(encode_message(message));
         }
         let mut conn = self.shared();
         let ids: Vec<String> = invocation.invoke_async(&mut conn).await?;
@@ -248,7 +251,8 @@ impl Store {
                 .arg(kind)
                 .arg(amount)
                 .arg(dedupe_index)
-                .arg(encode_message(message));
+                .arg(encode_message(message))
+                .arg(&message.ordering_key);
         }
         let mut conn = self.shared();
         let reply: Value = invocation.invoke_async(&mut conn).await?;
@@ -377,6 +381,7 @@ pub(super) fn decode_entry_with(
                     .and_then(|d| d.parse().ok());
                 entry.due_ms = Some(due.ok_or_else(|| corrupt("due time", &entry.id))?);
             }
+            b"k" => {} // the ordering key, also in `m`
             _ => other(&name, value),
         }
     }

@@ -36,7 +36,19 @@ pub struct SubscriptionSettings {
     pub ack_deadline: Option<Duration>,
     pub retry: RetryPolicy,
     pub dead_lettering: bool,
+    /// Delivers in order per ordering key; fixed at creation.
+    pub message_ordering: bool,
+    /// Ordered subscriptions: the most entries waiting for their key before
+    /// the subscription stops reading new entries.
+    pub max_blocked: u64,
 }
+
+/// Blocked entries an ordered subscription holds at most, unless it says otherwise.
+pub const DEFAULT_MAX_BLOCKED: u64 = 100_000;
+
+/// Deliveries before dead-lettering of an ordered subscription created
+/// without a limit while the server's default is unlimited.
+pub const ORDERED_MAX_DELIVERY_ATTEMPTS: u32 = 10;
 
 /// A change to a subscription's settings; None leaves a setting as it is.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -46,6 +58,7 @@ pub struct SubscriptionUpdate {
     pub maximum_backoff: Option<Duration>,
     pub max_delivery_attempts: Option<u32>,
     pub dead_lettering: Option<bool>,
+    pub max_blocked: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,6 +77,8 @@ pub struct SubscriptionStats {
     pub consumers: Vec<ConsumerStats>,
     pub dead_letters: u64,
     pub acked: u64,
+    /// Ordered subscriptions only (else zero and None).
+    pub ordering: super::ordering::OrderingStats,
 }
 
 impl Store {
@@ -270,7 +285,7 @@ impl Store {
         let mut conn = self.connection().await?;
         let values: Vec<Option<u64>> = redis::cmd("HMGET")
             .arg(keys.subscription(subscription))
-            .arg(&["ack", "bmin", "bmax", "max", "dlq"])
+            .arg(&["ack", "bmin", "bmax", "max", "dlq", "ord", "mblk"])
             .query_async(&mut conn)
             .await?;
         let get = |i: usize| values.get(i).copied().flatten();
@@ -285,6 +300,8 @@ impl Store {
                 max_delivery_attempts: get(3).unwrap_or(0) as u32,
             },
             dead_lettering: get(4) != Some(0),
+            message_ordering: get(5) == Some(1),
+            max_blocked: get(6).unwrap_or(DEFAULT_MAX_BLOCKED),
         }))
     }
 
@@ -303,6 +320,7 @@ impl Store {
                 ("bmax", ms(update.maximum_backoff)),
                 ("max", update.max_delivery_attempts.map(u64::from)),
                 ("dlq", update.dead_lettering.map(u64::from)),
+                ("mblk", update.max_blocked),
             ],
         )
         .await
@@ -364,7 +382,9 @@ impl Store {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
+        let ordering = self.ordering_stats(keys, subscription, now_ms).await?;
         Ok(SubscriptionStats {
+            ordering,
             pending: group.pending,
             lag: group.lag,
             oldest_unacked_age,
@@ -425,8 +445,7 @@ impl Store {
     ) -> Result<()> {
         let mut conn = self.connection().await?;
         let _: i64 = SEEK
-            .key(keys.stream())
-            .key(keys.timers(subscription))
+            .key(&keys.lease_keys(subscription)[..])
             .arg(subscription)
             .arg(last_skipped)
             .invoke_async(&mut conn)
@@ -454,6 +473,9 @@ impl Store {
             .arg(keys.subscription(subscription))
             .arg(keys.timers(subscription))
             .arg(keys.dead_letters(subscription))
+            .arg(keys.key_holders(subscription))
+            .arg(keys.held_keys(subscription))
+            .arg(keys.blocked(subscription))
             .query_async(&mut conn)
             .await
             .or_else(|err| {

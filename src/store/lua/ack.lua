@@ -8,13 +8,18 @@
 -- (over the range of its ids) checks them all: one per id made acking cost
 -- a third more.
 --
--- KEYS[1] stream, KEYS[2] timers ZSET, KEYS[3] subscription settings HASH
+-- On an ordered subscription each acked entry hands its ordering key to the
+-- key's next entry (lib.lua).
+--
+-- KEYS the subscription's lease keys (TopicKeys::lease_keys)
 -- ARGV[1] group, ARGV[2] what to return ('n': the count, 'i': the ids), then
 -- per consumer: consumer, first id, last id, n, and n pairs: id, delivery count
--- Returns the number of deliveries acked now, or their ids.
+-- Returns { deliveries acked now, their ids (when asked, or when ordered),
+--   1 when the subscription is ordered else 0, ordering keys handed on }
 
 local stream, timers, settings = KEYS[1], KEYS[2], KEYS[3]
 local group, want_ids = ARGV[1], ARGV[2] == 'i'
+local o = ordering(group)
 -- The most pending entries read for one consumer's range; past it, a held
 -- delivery may go unacked (and is redelivered), never the reverse.
 local RANGE_MAX = 100000
@@ -45,5 +50,9 @@ in_chunks(held, function(...)
   redis.call('ZREM', timers, ...)
 end)
 if acked > 0 then redis.call('HINCRBY', settings, 'acked', acked) end
-if want_ids then return held end
-return acked
+local handed = 0
+if #held > 0 and o.on() then
+  for _, id in ipairs(held) do handed = handed + release(o, id) end
+end
+local ordered = o.on() and 1 or 0
+return { acked, (want_ids or ordered == 1) and held or {}, ordered, handed }

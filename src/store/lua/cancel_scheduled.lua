@@ -6,7 +6,7 @@
 -- Returns 1 when cancelled, 0 when it was not scheduled (any more).
 
 if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then
-  redis.call('HDEL', KEYS[2], ARGV[1])
+  redis.call('HDEL', KEYS[2], ARGV[1], ARGV[1] .. '/k')
   return 1
 end
 return 0

@@ -10,16 +10,23 @@
 -- entry. A batch timer covers the entries of its range that its consumer
 -- still holds at delivery count 1 and that have no timer of their own.
 --
--- KEYS[1] stream, KEYS[2] timers ZSET, KEYS[3] subscription settings HASH, KEYS[4] dead letters STREAM
+-- On an ordered subscription, a new entry with an ordering key is delivered
+-- only when it takes its key; else it is blocked behind the key's holder
+-- (lib.lua), using up none of the consumer's room, and the read goes on. At
+-- the subscription's cap of blocked entries (`mblk`), no new entries are read.
+--
+-- KEYS the subscription's lease keys (TopicKeys::lease_keys)
 -- ARGV[1] group, ARGV[2] consumer, ARGV[3] max outstanding for this consumer,
 -- ARGV[4] most deliveries (and ended leases) to handle, ARGV[5] lease length in ms,
 -- ARGV[6] most bytes of messages to hand out (one message may go past it),
--- ARGV[7] the most bytes one message can have
--- Returns { wait_ms, { {id, delivery_count, {field, value, ...}}, ... }, room, now, dead, bytes_full }
+-- ARGV[7] the most bytes one message can have, ARGV[8] 1 when the
+-- subscription is ordered (fixed at its creation), else 0
+-- Returns { wait_ms, { {id, delivery_count, {field, value, ...}}, ... }, room, now, dead, more, handed }
 --   wait_ms: ms until the next timer this consumer could act on, -1 if none;
 --   room: deliveries this consumer may still take; now: Redis' clock in ms;
---   dead: entries this call dead-lettered; bytes_full: 1 when ARGV[6] stopped
---   it (more may be waiting).
+--   dead: entries this call dead-lettered; more: 1 when ARGV[6], or the most
+--   new entries one call reads, stopped it (more may be waiting); handed:
+--   ordering keys this call handed to their next entry.
 
 local stream, timers, settings, dlq = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local group, consumer = ARGV[1], ARGV[2]
@@ -31,6 +38,7 @@ local max_entry = math.max(1, tonumber(ARGV[7]))
 
 local now = now_ms()
 local deadline = now + lease_ms
+local o = ordering(group, now, ARGV[8] == '1')
 local out = {}
 local ended = 0 -- leases ended by this call, bounded by `limit`
 local dead = 0  -- of which dead-lettered
@@ -65,7 +73,7 @@ end
 
 local function end_expired(id, count)
   ended = ended + 1
-  local wait = end_lease(stream, timers, dlq, group, settings, id, count, now, -1, 'deadline_exceeded')
+  local wait = end_lease(o, dlq, id, count, -1, 'deadline_exceeded')
   if wait < 0 then dead = dead + 1 end
   return wait
 end
@@ -83,6 +91,7 @@ local function claim_parked(id, count)
     -- The entry left the stream; drop what is left of its delivery.
     redis.call('XACK', stream, group, id)
     redis.call('ZREM', timers, id)
+    o.handed = (o.handed or 0) + release(o, id)
   end
 end
 
@@ -116,6 +125,7 @@ for _, member in ipairs(due) do
     local pending = redis.call('XPENDING', stream, group, id, id, 1)[1]
     if not pending then
       redis.call('ZREM', timers, id) -- acked meanwhile
+      o.handed = (o.handed or 0) + release(o, id)
     else
       local owner, count = pending[2], tonumber(pending[4])
       if owner ~= PARKED then
@@ -130,22 +140,32 @@ for _, member in ipairs(due) do
 end
 
 -- New entries, in reads no larger than the bytes left could hold at the
--- largest message size: an entry read is delivered, it cannot be put back.
--- One batch timer covers all the reads.
+-- largest message size: an entry read is delivered (or blocked), it cannot
+-- be put back. One batch timer covers all the reads. Blocked entries take no
+-- room, so the reads are bounded by `limit` entries in all as well.
 local first_new, last_new
-while not full() do
-  local fits = math.max(1, math.floor((max_bytes - bytes) / max_entry))
-  local count = math.min(room, limit - #out, fits)
+local examined = 0
+local more = bytes >= max_bytes
+local blocked = o.on() and redis.call('ZCARD', o.blocked) or 0
+while not full() and not (o.on() and blocked >= o.max_blocked) do
+  local count = math.min(room, limit - #out, limit - examined,
+    math.max(1, math.floor((max_bytes - bytes) / max_entry)))
+  if count <= 0 then more = true break end
   local read = redis.call('XREADGROUP', 'GROUP', group, consumer,
     'COUNT', count, 'STREAMS', stream, '>')
   local entries = read and read[1][2] or {}
+  examined = examined + #entries
   for _, entry in ipairs(entries) do
-    if meant_for_others(entry[2]) then
-      redis.call('XACK', stream, group, entry[1])
+    local id, fields = entry[1], entry[2]
+    local key = o.on() and ordering_key_of(fields)
+    if meant_for_others(fields) then
+      redis.call('XACK', stream, group, id)
+    elseif key and o.on() and not take_key(o, id, key) then
+      blocked = blocked + 1
     else
-      out[#out + 1] = { entry[1], 1, entry[2] }
+      out[#out + 1] = { id, 1, fields }
       room = room - 1
-      bytes = bytes + size_of(entry[2])
+      bytes = bytes + size_of(fields)
     end
   end
   if #entries > 0 then
@@ -168,4 +188,5 @@ else
   local next = redis.call('ZRANGEBYSCORE', timers, '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
   if next[1] then wait = tonumber(next[2]) - now end
 end
-return { wait, out, math.max(room, 0), now, dead, bytes >= max_bytes and 1 or 0 }
+if bytes >= max_bytes then more = true end
+return { wait, out, math.max(room, 0), now, dead, more and 1 or 0, o.handed or 0 }

@@ -52,12 +52,113 @@ local function park(stream, timers, group, id, due)
   redis.call('ZADD', timers, due, id)
 end
 
+-- Ordered delivery. On a subscription whose settings have `ord` = 1, an
+-- entry with an ordering key (its field `k`) is delivered only while it
+-- holds its key. The first entry read of a key takes it; later ones wait in
+-- the blocked ZSET, pending under BLOCKED, so that they use up no consumer's
+-- room. The holder keeps its key through leases, nacks and retries;
+-- `release`, called by every path that ends a holder's delivery for good,
+-- hands the key to its next blocked entry.
+local BLOCKED = 'redq.blocked'
+
+-- The ordering state of a subscription, for the scripts called with its
+-- lease keys (TopicKeys::lease_keys). Whether it is ordered is read when
+-- first asked (unless the caller knows: `ordered` true or false), so that
+-- unordered work pays nothing.
+local function ordering(group, now, ordered)
+  local o = { stream = KEYS[1], timers = KEYS[2], settings = KEYS[3],
+    holders = KEYS[5], held = KEYS[6], blocked = KEYS[7], group = group, now = now }
+  local on
+  if ordered == false then on = false end
+  function o.on()
+    if on == nil then
+      local s = redis.call('HMGET', o.settings, 'ord', 'mblk')
+      on = s[1] == '1'
+      o.max_blocked = tonumber(s[2]) or 100000
+    end
+    return on
+  end
+  return o
+end
+
+-- An entry's ordering key; nil when it has none.
+local function ordering_key_of(fields)
+  for f = 1, #fields, 2 do
+    if fields[f] == 'k' then return fields[f + 1] end
+  end
+  return nil
+end
+
+-- Blocked entries are ZSET members `<key length>:<key> <ms>-<seq>`, both
+-- numbers padded to 20 digits: one key's members sort together, in stream
+-- order, and no key's prefix is another's.
+local function blocked_prefix(key)
+  return #key .. ':' .. key .. ' '
+end
+
+local function pad(digits)
+  return string.rep('0', 20 - #digits) .. digits
+end
+
+local function blocked_member(key, id)
+  local ms, seq = string.match(id, '^(%d+)%-(%d+)$')
+  return blocked_prefix(key) .. pad(ms) .. '-' .. pad(seq)
+end
+
+local function blocked_entry_id(member, prefix_length)
+  local ms, seq = string.match(string.sub(member, prefix_length + 1), '^(%d+)%-(%d+)$')
+  return string.gsub(ms, '^0+(%d)', '%1') .. '-' .. string.gsub(seq, '^0+(%d)', '%1')
+end
+
+-- Entry `id`, just read for a consumer, takes its key when the key is free
+-- (true: deliver it); else it waits behind the holder, blocked, as attempt 0.
+local function take_key(o, id, key)
+  if redis.call('HSETNX', o.holders, key, id) == 1 then
+    redis.call('HSET', o.held, id, key)
+    return true
+  end
+  redis.call('XCLAIM', o.stream, o.group, BLOCKED, 0, id, 'RETRYCOUNT', 0, 'JUSTID')
+  redis.call('ZADD', o.blocked, 0, blocked_member(key, id))
+  return false
+end
+
+-- Entry `id` no longer holds its key (acked, dead-lettered, gone from the
+-- stream): the key's next blocked entry takes it and is parked, due now,
+-- for any consumer with room (the XCLAIM that delivers it makes it attempt
+-- 1); with none, the key is free. Returns 1 when an entry took the key.
+local function release(o, id)
+  if not o.on() then return 0 end
+  local key = redis.call('HGET', o.held, id)
+  if not key then return 0 end
+  redis.call('HDEL', o.held, id)
+  local prefix = blocked_prefix(key)
+  o.now = o.now or now_ms()
+  while true do
+    local member = redis.call('ZRANGEBYLEX', o.blocked, '[' .. prefix, '(' .. prefix .. '\255', 'LIMIT', 0, 1)[1]
+    if not member then
+      redis.call('HDEL', o.holders, key)
+      return 0
+    end
+    redis.call('ZREM', o.blocked, member)
+    local next_id = blocked_entry_id(member, #prefix)
+    if redis.call('XCLAIM', o.stream, o.group, PARKED, 0, next_id, 'RETRYCOUNT', 0, 'JUSTID')[1] then
+      redis.call('HSET', o.holders, key, next_id)
+      redis.call('HSET', o.held, next_id, key)
+      redis.call('ZADD', o.timers, o.now, next_id)
+      return 1
+    end
+    -- That entry left the stream (the hard cap); Redis dropped it from the
+    -- pending list. The next one, then.
+  end
+end
+
 -- Copies an entry to the dead letters (unless `keep` is false: dead-lettering
 -- is off and it is dropped) and takes it out of the subscription in the same
--- step, so it is dead-lettered exactly once.
+-- step, so it is dead-lettered exactly once; its key goes to the next entry.
 -- Adds to the entry's fields: e (its stream id), i (message id, unless
 -- scheduled messages already carry one), n (delivery attempts), r (reason).
-local function dead_letter(stream, timers, dlq, group, id, attempts, reason, keep)
+local function dead_letter(o, dlq, id, attempts, reason, keep)
+  local stream = o.stream
   local entry = keep and redis.call('XRANGE', stream, id, id)[1]
   if entry then
     local fields = entry[2]
@@ -77,22 +178,22 @@ local function dead_letter(stream, timers, dlq, group, id, attempts, reason, kee
     fields[#fields + 1] = reason
     redis.call('XADD', dlq, '*', unpack(fields))
   end
-  redis.call('XACK', stream, group, id)
-  redis.call('ZREM', timers, id)
+  redis.call('XACK', stream, o.group, id)
+  redis.call('ZREM', o.timers, id)
+  o.handed = (o.handed or 0) + release(o, id)
 end
 
 -- Ends a lease that ran out (or was nacked): dead letter after the last
--- attempt, else park until the retry time. Returns the wait until redelivery,
--- or -1 when dead-lettered.
-local function end_lease(stream, timers, dlq, group, settings_key, id, attempts, now, delay, reason)
-  local bmin, bmax, max_attempts, keep = retry_settings(settings_key)
+-- attempt, else park until the retry time (keeping its key, on an ordered
+-- subscription). Returns the wait until redelivery, or -1 when dead-lettered.
+local function end_lease(o, dlq, id, attempts, delay, reason)
+  local bmin, bmax, max_attempts, keep = retry_settings(o.settings)
   if max_attempts > 0 and attempts >= max_attempts then
-    dead_letter(stream, timers, dlq, group, id, attempts, reason, keep)
+    dead_letter(o, dlq, id, attempts, reason, keep)
     return -1
   end
   local wait = delay
   if wait < 0 then wait = backoff(bmin, bmax, attempts) end
-  park(stream, timers, group, id, now + wait)
+  park(o.stream, o.timers, o.group, id, o.now + wait)
   return wait
 end
-

@@ -7,7 +7,8 @@
 -- ARGV[1] most messages to move, ARGV[2] how far ahead of their due time
 -- messages are moved, in ms (subscribers hold them until due)
 -- Returns { moved, ms until the next scheduled message is to be moved, or -1 }
--- The stream entry is m (the message as stored), i (message id), d (due time, ms).
+-- The stream entry is m (the message as stored), i (message id), d (due
+-- time, ms) and, when it has one, k (its ordering key, kept as `<id>/k`).
 
 local scheduled, messages, stream = KEYS[1], KEYS[2], KEYS[3]
 local now = now_ms()
@@ -16,14 +17,20 @@ local due = redis.call('ZRANGEBYSCORE', scheduled, '-inf', now + ahead, 'WITHSCO
 local ids = {}
 for d = 1, #due, 2 do ids[#ids + 1] = due[d] end
 if #ids > 0 then
+  local key_fields = {}
+  for n, id in ipairs(ids) do key_fields[n] = id .. '/k' end
   local bodies = redis.call('HMGET', messages, unpack(ids))
+  local keys = redis.call('HMGET', messages, unpack(key_fields))
   for n, id in ipairs(ids) do
-    if bodies[n] then
+    if bodies[n] and keys[n] then
+      redis.call('XADD', stream, '*', 'm', bodies[n], 'i', id, 'd', due[2 * n], 'k', keys[n])
+    elseif bodies[n] then
       redis.call('XADD', stream, '*', 'm', bodies[n], 'i', id, 'd', due[2 * n])
     end
   end
   redis.call('ZREM', scheduled, unpack(ids))
   redis.call('HDEL', messages, unpack(ids))
+  redis.call('HDEL', messages, unpack(key_fields))
 end
 local wait = -1
 local head = redis.call('ZRANGE', scheduled, 0, 0, 'WITHSCORES')

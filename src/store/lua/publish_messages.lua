@@ -5,9 +5,11 @@
 --
 -- KEYS[1] stream, KEYS[2] scheduled ZSET, KEYS[3] scheduled HASH, KEYS[4] topic
 -- settings HASH (its `published` counter), KEYS[5..] dedupe keys
--- ARGV[1] dedupe window in ms, then per message five values: id to use if
+-- ARGV[1] dedupe window in ms, then per message six values: id to use if
 --   scheduled, due kind ('n' now, 'a' at ms, 'd' after ms), amount, dedupe
---   key index in KEYS (0: none), the encoded message (the entry's `m` field)
+--   key index in KEYS (0: none), the encoded message (the entry's `m` field),
+--   its ordering key ('' for none; the entry's `k` field, kept in the
+--   scheduled HASH as `<id>/k` until promotion)
 -- Returns { now, { {id, duplicate (0/1), due ms (0 when unknown)}, ... } }; a
 -- duplicate's due ms is the original's
 
@@ -30,9 +32,9 @@ local function original_of(claim)
   return id, tonumber(string.match(id, '^(%d+)%-%d+$')) or 0
 end
 
-for i = 2, #ARGV, 5 do
+for i = 2, #ARGV, 6 do
   local scheduled_id, kind, amount = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
-  local dedupe, message = tonumber(ARGV[i + 3]), ARGV[i + 4]
+  local dedupe, message, key = tonumber(ARGV[i + 3]), ARGV[i + 4], ARGV[i + 5]
 
   local claim = dedupe > 0 and redis.call('GET', KEYS[dedupe])
   if claim then
@@ -46,6 +48,10 @@ for i = 2, #ARGV, 5 do
       id = scheduled_id
       redis.call('ZADD', scheduled, due, id)
       redis.call('HSET', messages, id, message)
+      if key ~= '' then redis.call('HSET', messages, id .. '/k', key) end
+    elseif key ~= '' then
+      id = redis.call('XADD', stream, '*', 'm', message, 'k', key)
+      due = now
     else
       id = redis.call('XADD', stream, '*', 'm', message)
       due = now

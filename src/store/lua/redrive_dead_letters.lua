@@ -25,8 +25,10 @@ for _, entry in ipairs(entries) do
   local original = entry[2]
   for f = 1, #original, 2 do
     local name = original[f]
-    -- Keep the message (m, i, d); drop what dead-lettering added.
-    if name == 'm' or name == 'i' or name == 'd' then
+    -- Keep the message (m, i, d, k); drop what dead-lettering added. On an
+    -- ordered subscription it comes after the entries of its key already in
+    -- the stream.
+    if name == 'm' or name == 'i' or name == 'd' or name == 'k' then
       fields[#fields + 1] = name
       fields[#fields + 1] = original[f + 1]
     end

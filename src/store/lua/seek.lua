@@ -1,16 +1,26 @@
 -- Moves a subscription so that entries after ARGV[2] are delivered (again)
 -- and the ones up to it count as acked.
 --
--- KEYS[1] stream, KEYS[2] timers ZSET
+-- An ordered subscription starts its ordering afresh: every pending entry
+-- (held, parked or blocked) is dropped and every key freed, and the entries
+-- after ARGV[2] are read again, in stream order.
+--
+-- KEYS the subscription's lease keys (TopicKeys::lease_keys)
 -- ARGV[1] group, ARGV[2] last entry id to skip ('0-0': none)
 -- Returns the number of pending deliveries acked by the move.
 
 local stream, timers, group, last = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
+local o = ordering(group)
 redis.call('XGROUP', 'SETID', stream, group, last)
+local upto = last
+if o.on() then
+  upto = '+'
+  redis.call('DEL', o.holders, o.held, o.blocked)
+end
 local acked = 0
-if last ~= '0-0' then
+if upto ~= '0-0' then
   while true do
-    local pending = redis.call('XPENDING', stream, group, '-', last, 1000)
+    local pending = redis.call('XPENDING', stream, group, '-', upto, 1000)
     if #pending == 0 then break end
     local ids = {}
     for _, entry in ipairs(pending) do ids[#ids + 1] = entry[1] end
