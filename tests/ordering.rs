@@ -353,6 +353,21 @@ async fn a_hot_key_backlog_leaves_the_other_keys_prompt() {
     assert_eq!(s.blocked, backlog as u64 - 1, "{s:?}");
     assert_eq!(s.active_keys, 21);
     assert!(s.oldest_blocked_age.is_some());
+    let (_, metrics) = http_get_with_body(server.metrics_addr, "/metrics").await;
+    let gauge = |name: &str| {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(&format!("{name}{{")))
+            .and_then(|l| l.rsplit(' ').next())
+            .map(|v| v.parse::<f64>().expect("gauge value"))
+    };
+    assert_eq!(
+        gauge("redq_ordering_blocked_entries"),
+        Some(backlog as f64 - 1.0)
+    );
+    assert_eq!(gauge("redq_ordering_active_keys"), Some(21.0));
+    assert_eq!(gauge("redq_ordering_blocked_cap_reached"), Some(0.0));
+    assert!(gauge("redq_ordering_oldest_blocked_age_seconds").is_some());
     assert_lock_state(&redis.url(), TOPIC, SUB).await;
     // Acking the hot key's message hands the key on, one at a time.
     let hot_first: Vec<_> = got

@@ -193,8 +193,10 @@ impl History {
                 );
             }
         }
-        // Attempt numbers: from 1, one up per redelivery (a delivery handed
-        // back unsent keeps its number).
+        // Attempt numbers: from 1, one up per redelivery. A delivery handed
+        // back unsent keeps its number; one sent to a stream its client
+        // dropped before reading was never seen here, so the next one seen
+        // may be more than one up.
         let mut attempts: HashMap<&str, u32> = HashMap::new();
         for event in &events {
             if let Event::Delivered {
@@ -203,7 +205,7 @@ impl History {
             {
                 let before = attempts.get(id.as_str()).copied().unwrap_or(0);
                 assert!(
-                    *attempt >= before.max(1) && *attempt <= before + 1,
+                    *attempt >= before.max(1),
                     "{key}: {id} delivered as attempt {attempt} after attempt {before}"
                 );
                 attempts.insert(id, *attempt);
