@@ -2,6 +2,7 @@
 //! what they measured. Benchmarks, not tests: they assert nothing.
 
 mod delayed;
+mod ordered;
 mod streams;
 mod throughput;
 
@@ -65,6 +66,13 @@ pub async fn run(mut args: BenchArgs) -> Result<(), BoxError> {
     } else {
         None
     };
+    let ordering = if wants(BenchScenario::Ordered) {
+        let (rows, memory) = ordered::run(&client, &conn, &args).await?;
+        ordered::print(&rows, &memory);
+        Some((rows, memory))
+    } else {
+        None
+    };
     let lateness = if wants(BenchScenario::Delayed) {
         Some(delayed::run(client, &args).await?)
     } else {
@@ -77,6 +85,9 @@ pub async fn run(mut args: BenchArgs) -> Result<(), BoxError> {
             .collect();
         if let Some((few, many)) = &scaling {
             json.push(serde_json::json!({ "streams": [few, many] }));
+        }
+        if let Some((rows, memory)) = &ordering {
+            json.push(serde_json::json!({ "ordered": rows, "ordering_memory": memory }));
         }
         if let Some(lateness) = &lateness {
             json.push(serde_json::json!({ "delayed": lateness }));

@@ -21,7 +21,7 @@ const BATCH: usize = 1000;
 /// Calls in flight in publish-unary, and tasks in its baseline.
 const IN_FLIGHT: usize = 50;
 /// Subscribe streams reading the backlog in consume.
-const CONSUMERS: usize = 4;
+pub(super) const CONSUMERS: usize = 4;
 
 /// One row of the results table.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -36,7 +36,12 @@ pub struct Row {
 }
 
 impl Row {
-    fn new(workload: &str, messages: usize, elapsed: Duration, latencies: &mut [Duration]) -> Self {
+    pub(super) fn new(
+        workload: &str,
+        messages: usize,
+        elapsed: Duration,
+        latencies: &mut [Duration],
+    ) -> Self {
         let p = Percentiles::of(latencies);
         Self {
             workload: workload.to_owned(),

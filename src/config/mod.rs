@@ -350,6 +350,10 @@ pub enum BenchScenario {
     /// 1,000 Subscribe streams (10 topics × 100) under 2,000 messages/s:
     /// Redis connections, server memory and latency, beside 10 streams.
     Streams,
+    /// Consume + ack through an ordered subscription with 1,000 and with 10
+    /// ordering keys, beside an unordered one; memory per active key and
+    /// per blocked entry.
+    Ordered,
     /// Every scenario above.
     All,
 }

@@ -57,6 +57,10 @@ pub enum Event {
         seq: usize,
         id: String,
         attempt: u32,
+        /// The server refused what the consumer did with it: its lease had
+        /// ended before the consumer read it (it waited in the stream's
+        /// buffers), so it says nothing about when the lease was held.
+        stale: bool,
     },
     /// Logged before the call that ends the lease is sent, so that the next
     /// delivery of the key, which the call allows, is logged after it.
@@ -73,14 +77,22 @@ pub enum Event {
 pub struct History(Arc<Mutex<Vec<Event>>>);
 
 impl History {
-    pub fn delivered(&self, m: &pb::ReceivedMessage) {
+    pub fn delivered(&self, m: &pb::ReceivedMessage) -> usize {
         let (key, seq) = key_and_seq(m);
         self.push(Event::Delivered {
             key,
             seq,
             id: super::id_of(m),
             attempt: m.delivery_attempt,
-        });
+            stale: false,
+        })
+    }
+
+    /// Marks the delivery logged at `index` as stale (see [`Event::Delivered`]).
+    pub fn stale(&self, index: usize) {
+        if let Event::Delivered { stale, .. } = &mut self.0.lock().unwrap()[index] {
+            *stale = true;
+        }
     }
 
     pub fn ended(&self, m: &pb::ReceivedMessage, how: Done) -> usize {
@@ -139,6 +151,7 @@ impl History {
         let mut open: HashMap<&str, (usize, u32)> = HashMap::new();
         for (i, event) in events.iter().enumerate() {
             match event {
+                Event::Delivered { stale: true, .. } => {}
                 Event::Delivered {
                     key, seq, attempt, ..
                 } => {
@@ -162,7 +175,9 @@ impl History {
         let mut last_delivery: HashMap<&str, usize> = HashMap::new();
         for (i, event) in events.iter().enumerate() {
             match event {
-                Event::Delivered { id, .. } => {
+                Event::Delivered {
+                    id, stale: false, ..
+                } => {
                     last_delivery.insert(id, i);
                 }
                 Event::Ended {
@@ -177,7 +192,14 @@ impl History {
         }
         let mut deliveries = 0;
         for (i, event) in events.iter().enumerate() {
-            let Event::Delivered { key, seq, id, .. } = event else {
+            let Event::Delivered {
+                key,
+                seq,
+                id,
+                stale: false,
+                ..
+            } = event
+            else {
                 continue;
             };
             deliveries += 1;
@@ -200,7 +222,11 @@ impl History {
         let mut attempts: HashMap<&str, u32> = HashMap::new();
         for event in &events {
             if let Event::Delivered {
-                id, attempt, key, ..
+                id,
+                attempt,
+                key,
+                stale: false,
+                ..
             } = event
             {
                 let before = attempts.get(id.as_str()).copied().unwrap_or(0);
@@ -414,7 +440,7 @@ pub async fn random_consumer(
                 Ok(_) => continue 'streams,
             };
             for m in messages {
-                history.delivered(&m);
+                let delivered = history.delivered(&m);
                 let roll = next();
                 if roll < mix.disconnect {
                     mine.push(m);
@@ -441,6 +467,7 @@ pub async fn random_consumer(
                         .await;
                     if let Err(status) = result {
                         assert_eq!(status.code(), Code::FailedPrecondition, "nack: {status:?}");
+                        history.stale(delivered);
                     }
                 } else {
                     let index = history.ended(&m, Done::Acked);
@@ -454,6 +481,7 @@ pub async fn random_consumer(
                     if let Err(status) = result {
                         assert_eq!(status.code(), Code::FailedPrecondition, "ack: {status:?}");
                         history.refused(index);
+                        history.stale(delivered);
                     }
                 }
             }
