@@ -83,8 +83,14 @@ impl TopicKeys {
         format!("redq:{{{}}}:sub:{}:blocked", self.topic, subscription)
     }
 
+    /// ZSET of an ordered subscription's entries that took their key after
+    /// waiting and wait for a consumer now: entry id → when they took it.
+    pub fn ready(&self, subscription: &str) -> String {
+        format!("redq:{{{}}}:sub:{}:ready", self.topic, subscription)
+    }
+
     /// The keys a lease operation on `subscription` touches, in script order.
-    pub fn lease_keys(&self, subscription: &str) -> [String; 7] {
+    pub fn lease_keys(&self, subscription: &str) -> [String; 8] {
         [
             self.stream(),
             self.timers(subscription),
@@ -93,6 +99,7 @@ impl TopicKeys {
             self.key_holders(subscription),
             self.held_keys(subscription),
             self.blocked(subscription),
+            self.ready(subscription),
         ]
     }
 }

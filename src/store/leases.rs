@@ -116,6 +116,7 @@ impl Store {
             .key(keys.key_holders(subscription))
             .key(keys.held_keys(subscription))
             .key(keys.blocked(subscription))
+            .key(keys.ready(subscription))
             .arg(subscription)
             .arg(start_id)
             .arg(retry.minimum_backoff.as_millis() as u64)

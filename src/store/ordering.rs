@@ -19,7 +19,8 @@ pub struct OrderingStats {
     pub active_keys: u64,
     /// Entries waiting for their key.
     pub blocked: u64,
-    /// Age of the oldest of them, by publish time.
+    /// Age of the oldest entry waiting, for its key or (once it took its
+    /// key) for a consumer with room, by publish time.
     pub oldest_blocked_age: Option<Duration>,
     /// At the subscription's `max_blocked`: no new entries are read.
     pub at_blocked_cap: bool,

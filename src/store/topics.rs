@@ -476,6 +476,7 @@ impl Store {
             .arg(keys.key_holders(subscription))
             .arg(keys.held_keys(subscription))
             .arg(keys.blocked(subscription))
+            .arg(keys.ready(subscription))
             .query_async(&mut conn)
             .await
             .or_else(|err| {

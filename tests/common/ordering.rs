@@ -319,14 +319,15 @@ pub async fn dead_letter_ids(admin: &mut super::Admin, topic: &str, sub: &str) -
 
 /// Reads the lock state of an ordered subscription atomically and returns
 /// what breaks its invariants: every key holder is pending (leased or
-/// parked, not blocked) and mapped back to its key; every blocked entry is
-/// pending under the blocked consumer, and its key is held; every entry
-/// pending under the blocked consumer is in the blocked ZSET.
+/// parked, or ready for a consumer) and mapped back to its key; every
+/// blocked entry is pending under the blocked consumer, and its key is
+/// held; every ready entry holds its key; every entry pending under the
+/// blocked consumer is blocked or ready.
 const LONG_CHECK: Duration = Duration::from_secs(60);
 
 pub async fn lock_state_violations(redis_url: &str, topic: &str, sub: &str) -> Vec<String> {
     const CHECK: &str = r#"
-local stream, holders, held, blocked, group = KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1]
+local stream, holders, held, blocked, ready, group = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[1]
 local out = {}
 local function pending(id)
   return redis.call('XPENDING', stream, group, id, id, 1)[1]
@@ -336,7 +337,9 @@ for i = 1, #h, 2 do
   local key, id = h[i], h[i + 1]
   local p = pending(id)
   if not p then out[#out + 1] = 'holder ' .. id .. ' of ' .. key .. ' is not pending'
-  elseif p[2] == 'redq.blocked' then out[#out + 1] = 'holder ' .. id .. ' of ' .. key .. ' is blocked' end
+  elseif p[2] == 'redq.blocked' and not redis.call('ZSCORE', ready, id) then
+    out[#out + 1] = 'holder ' .. id .. ' of ' .. key .. ' is blocked, not ready'
+  end
   if redis.call('HGET', held, id) ~= key then out[#out + 1] = 'holder ' .. id .. ' not mapped to ' .. key end
 end
 local e = redis.call('HGETALL', held)
@@ -355,9 +358,16 @@ for _, m in ipairs(members) do
   if not p or p[2] ~= 'redq.blocked' then out[#out + 1] = 'blocked ' .. id .. ' is not pending as blocked' end
   if not redis.call('HGET', holders, key) then out[#out + 1] = 'blocked ' .. id .. ' waits for free key ' .. key end
 end
+for _, id in ipairs(redis.call('ZRANGE', ready, 0, -1)) do
+  local p = pending(id)
+  if not p or p[2] ~= 'redq.blocked' then out[#out + 1] = 'ready ' .. id .. ' is not pending as blocked' end
+  local key = redis.call('HGET', held, id)
+  if not key or redis.call('HGET', holders, key) ~= id then out[#out + 1] = 'ready ' .. id .. ' does not hold its key' end
+end
 local under_blocked = redis.call('XPENDING', stream, group, '-', '+', 1000000, 'redq.blocked')
-if #under_blocked ~= #members then
-  out[#out + 1] = #under_blocked .. ' entries pending as blocked, ' .. #members .. ' in the blocked ZSET'
+local waiting = #members + redis.call('ZCARD', ready)
+if #under_blocked ~= waiting then
+  out[#out + 1] = #under_blocked .. ' entries pending as blocked, ' .. waiting .. ' blocked or ready'
 end
 return out
 "#;
@@ -371,11 +381,12 @@ return out
     let prefix = format!("redq:{{{topic}}}");
     redis::cmd("EVAL")
         .arg(CHECK)
-        .arg(4)
+        .arg(5)
         .arg(format!("{prefix}:stream"))
         .arg(format!("{prefix}:sub:{sub}:holders"))
         .arg(format!("{prefix}:sub:{sub}:held"))
         .arg(format!("{prefix}:sub:{sub}:blocked"))
+        .arg(format!("{prefix}:sub:{sub}:ready"))
         .arg(sub)
         .query_async(&mut conn)
         .await

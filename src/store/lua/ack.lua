@@ -50,9 +50,6 @@ in_chunks(held, function(...)
   redis.call('ZREM', timers, ...)
 end)
 if acked > 0 then redis.call('HINCRBY', settings, 'acked', acked) end
-local handed = 0
-if #held > 0 and o.on() then
-  for _, id in ipairs(held) do handed = handed + release(o, id) end
-end
+release(o, held)
 local ordered = o.on() and 1 or 0
-return { acked, (want_ids or ordered == 1) and held or {}, ordered, handed }
+return { acked, (want_ids or ordered == 1) and held or {}, ordered, o.handed }

@@ -25,4 +25,4 @@ for i = 3, #ARGV, 3 do
     held[#held + 1] = 0
   end
 end
-return { held, o.handed or 0 }
+return { held, o.handed }

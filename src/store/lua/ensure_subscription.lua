@@ -4,8 +4,8 @@
 -- A new subscription starts with no ordering state: what a lost consumer
 -- group (a failover) left of an earlier one is dropped.
 --
--- KEYS[1] stream, KEYS[2] subscription settings HASH, KEYS[3..5] its key
--- holders, held keys and blocked entries (see keys.rs)
+-- KEYS[1] stream, KEYS[2] subscription settings HASH, KEYS[3..6] its key
+-- holders, held keys, blocked and ready entries (see keys.rs)
 -- ARGV[1] group, ARGV[2] start id ('0' or '$'), ARGV[3] backoff min ms,
 -- ARGV[4] backoff max ms, ARGV[5] max delivery attempts, ARGV[6] ack deadline
 -- ms (0: the server default), ARGV[7] dead lettering (1 on, 0 off),
@@ -19,7 +19,7 @@ if type(created) == 'table' and created.err then
 else
   created = 1
 end
-if created == 1 then redis.call('DEL', KEYS[3], KEYS[4], KEYS[5]) end
+if created == 1 then redis.call('DEL', KEYS[3], KEYS[4], KEYS[5], KEYS[6]) end
 if created == 1 or redis.call('EXISTS', KEYS[2]) == 0 then
   redis.call('HSET', KEYS[2], 'bmin', ARGV[3], 'bmax', ARGV[4], 'max', ARGV[5],
     'ack', ARGV[6], 'dlq', ARGV[7], 'ord', ARGV[8], 'mblk', ARGV[9])

@@ -91,7 +91,7 @@ local function claim_parked(id, count)
     -- The entry left the stream; drop what is left of its delivery.
     redis.call('XACK', stream, group, id)
     redis.call('ZREM', timers, id)
-    o.handed = (o.handed or 0) + release(o, id)
+    release(o, { id })
   end
 end
 
@@ -125,7 +125,7 @@ for _, member in ipairs(due) do
     local pending = redis.call('XPENDING', stream, group, id, id, 1)[1]
     if not pending then
       redis.call('ZREM', timers, id) -- acked meanwhile
-      o.handed = (o.handed or 0) + release(o, id)
+      release(o, { id })
     else
       local owner, count = pending[2], tonumber(pending[4])
       if owner ~= PARKED then
@@ -143,6 +143,18 @@ end
 -- largest message size: an entry read is delivered (or blocked), it cannot
 -- be put back. One batch timer covers all the reads. Blocked entries take no
 -- room, so the reads are bounded by `limit` entries in all as well.
+-- Entries that took their key while waiting, before new ones.
+while o.on() and not full() do
+  local fits = math.max(1, math.floor((max_bytes - bytes) / max_entry))
+  local got, taken = take_ready(o, consumer, math.min(room, limit - #out, fits), deadline)
+  if taken == 0 then break end
+  for _, d in ipairs(got) do
+    out[#out + 1] = d
+    room = room - 1
+    bytes = bytes + size_of(d[3])
+  end
+end
+
 local first_new, last_new
 local examined = 0
 local more = bytes >= max_bytes
@@ -155,13 +167,28 @@ while not full() and not (o.on() and blocked >= o.max_blocked) do
     'COUNT', count, 'STREAMS', stream, '>')
   local entries = read and read[1][2] or {}
   examined = examined + #entries
+  local keyed, key_of = {}, {}
+  if o.on() then
+    for _, entry in ipairs(entries) do
+      local key = ordering_key_of(entry[2])
+      if key and not meant_for_others(entry[2]) then
+        keyed[#keyed + 1] = { entry[1], key }
+        key_of[entry[1]] = key
+      end
+    end
+  end
+  local taken = {}
+  if #keyed > 0 then
+    local waiting
+    taken, waiting = take_keys(o, keyed)
+    blocked = blocked + waiting
+  end
   for _, entry in ipairs(entries) do
     local id, fields = entry[1], entry[2]
-    local key = o.on() and ordering_key_of(fields)
     if meant_for_others(fields) then
       redis.call('XACK', stream, group, id)
-    elseif key and o.on() and not take_key(o, id, key) then
-      blocked = blocked + 1
+    elseif key_of[id] and not taken[id] then
+      -- blocked behind its key's holder
     else
       out[#out + 1] = { id, 1, fields }
       room = room - 1
@@ -189,4 +216,4 @@ else
   if next[1] then wait = tonumber(next[2]) - now end
 end
 if bytes >= max_bytes then more = true end
-return { wait, out, math.max(room, 0), now, dead, more and 1 or 0, o.handed or 0 }
+return { wait, out, math.max(room, 0), now, dead, more and 1 or 0, o.handed }

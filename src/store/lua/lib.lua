@@ -58,7 +58,8 @@ end
 -- the blocked ZSET, pending under BLOCKED, so that they use up no consumer's
 -- room. The holder keeps its key through leases, nacks and retries;
 -- `release`, called by every path that ends a holder's delivery for good,
--- hands the key to its next blocked entry.
+-- hands the key to its next blocked entry, which waits in the ready ZSET
+-- (still pending under BLOCKED) until a fetch with room takes it.
 local BLOCKED = 'redq.blocked'
 
 -- The ordering state of a subscription, for the scripts called with its
@@ -67,7 +68,8 @@ local BLOCKED = 'redq.blocked'
 -- unordered work pays nothing.
 local function ordering(group, now, ordered)
   local o = { stream = KEYS[1], timers = KEYS[2], settings = KEYS[3],
-    holders = KEYS[5], held = KEYS[6], blocked = KEYS[7], group = group, now = now }
+    holders = KEYS[5], held = KEYS[6], blocked = KEYS[7], ready = KEYS[8],
+    group = group, now = now, handed = 0 }
   local on
   if ordered == false then on = false end
   function o.on()
@@ -110,46 +112,136 @@ local function blocked_entry_id(member, prefix_length)
   return string.gsub(ms, '^0+(%d)', '%1') .. '-' .. string.gsub(seq, '^0+(%d)', '%1')
 end
 
--- Entry `id`, just read for a consumer, takes its key when the key is free
--- (true: deliver it); else it waits behind the holder, blocked, as attempt 0.
-local function take_key(o, id, key)
-  if redis.call('HSETNX', o.holders, key, id) == 1 then
-    redis.call('HSET', o.held, id, key)
-    return true
+-- Calls redis.call(command, fixed..., list...) in chunks of `list`, with
+-- `after` (optional) at the end of each call: `unpack` in the middle of an
+-- argument list gives only its first value.
+local function call_with(command, fixed, list, after)
+  for first = 1, #list, UNPACK_CHUNK do
+    local args = {}
+    for _, v in ipairs(fixed) do args[#args + 1] = v end
+    for i = first, math.min(first + UNPACK_CHUNK - 1, #list) do args[#args + 1] = list[i] end
+    for _, v in ipairs(after or {}) do args[#args + 1] = v end
+    redis.call(command, unpack(args))
   end
-  redis.call('XCLAIM', o.stream, o.group, BLOCKED, 0, id, 'RETRYCOUNT', 0, 'JUSTID')
-  redis.call('ZADD', o.blocked, 0, blocked_member(key, id))
-  return false
 end
 
--- Entry `id` no longer holds its key (acked, dead-lettered, gone from the
--- stream): the key's next blocked entry takes it and is parked, due now,
--- for any consumer with room (the XCLAIM that delivers it makes it attempt
--- 1); with none, the key is free. Returns 1 when an entry took the key.
-local function release(o, id)
-  if not o.on() then return 0 end
-  local key = redis.call('HGET', o.held, id)
-  if not key then return 0 end
-  redis.call('HDEL', o.held, id)
-  local prefix = blocked_prefix(key)
-  o.now = o.now or now_ms()
-  while true do
-    local member = redis.call('ZRANGEBYLEX', o.blocked, '[' .. prefix, '(' .. prefix .. '\255', 'LIMIT', 0, 1)[1]
-    if not member then
-      redis.call('HDEL', o.holders, key)
-      return 0
+-- Entries just read for a consumer, { {id, key}, ... } in stream order: the
+-- first of a free key takes it, the others wait blocked, as attempt 0.
+-- Returns the set of ids that took their key (deliver them) and how many
+-- were blocked. At most a fetch's read (500 entries) at once.
+local function take_keys(o, batch)
+  local keys, first_of = {}, {}
+  for _, e in ipairs(batch) do
+    if not first_of[e[2]] then
+      first_of[e[2]] = e[1]
+      keys[#keys + 1] = e[2]
     end
-    redis.call('ZREM', o.blocked, member)
-    local next_id = blocked_entry_id(member, #prefix)
-    if redis.call('XCLAIM', o.stream, o.group, PARKED, 0, next_id, 'RETRYCOUNT', 0, 'JUSTID')[1] then
-      redis.call('HSET', o.holders, key, next_id)
-      redis.call('HSET', o.held, next_id, key)
-      redis.call('ZADD', o.timers, o.now, next_id)
-      return 1
-    end
-    -- That entry left the stream (the hard cap); Redis dropped it from the
-    -- pending list. The next one, then.
   end
+  local current = redis.call('HMGET', o.holders, unpack(keys))
+  local holder_pairs, held_pairs, taken = {}, {}, {}
+  for i, key in ipairs(keys) do
+    if not current[i] then
+      local id = first_of[key]
+      taken[id] = true
+      holder_pairs[#holder_pairs + 1] = key
+      holder_pairs[#holder_pairs + 1] = id
+      held_pairs[#held_pairs + 1] = id
+      held_pairs[#held_pairs + 1] = key
+    end
+  end
+  local waiting, members = {}, {}
+  for _, e in ipairs(batch) do
+    if not taken[e[1]] then
+      waiting[#waiting + 1] = e[1]
+      members[#members + 1] = 0
+      members[#members + 1] = blocked_member(e[2], e[1])
+    end
+  end
+  if #holder_pairs > 0 then
+    call_with('HSET', { o.holders }, holder_pairs)
+    call_with('HSET', { o.held }, held_pairs)
+  end
+  if #waiting > 0 then
+    call_with('XCLAIM', { o.stream, o.group, BLOCKED, 0 }, waiting, { 'RETRYCOUNT', 0, 'JUSTID' })
+    call_with('ZADD', { o.blocked }, members)
+  end
+  return taken, #waiting
+end
+
+-- Entries `ids` no longer hold their keys (acked, dead-lettered, gone from
+-- the stream): each key goes to its next blocked entry, which waits in the
+-- ready ZSET for any consumer with room (the XCLAIM that delivers it makes
+-- it attempt 1); a key with none is free. Ids that hold no key are left
+-- alone. Adds the keys handed on to `o.handed`.
+local function release(o, ids)
+  if #ids == 0 or not o.on() then return end
+  o.now = o.now or now_ms()
+  in_chunks(ids, function(...)
+    local chunk = { ... }
+    local keys = redis.call('HMGET', o.held, ...)
+    local ended, freed, members, ready, holder_pairs, held_pairs = {}, {}, {}, {}, {}, {}
+    for i, id in ipairs(chunk) do
+      local key = keys[i]
+      if key then
+        ended[#ended + 1] = id
+        local prefix = blocked_prefix(key)
+        local member = redis.call('ZRANGEBYLEX', o.blocked, '[' .. prefix,
+          '(' .. prefix .. '\255', 'LIMIT', 0, 1)[1]
+        if member then
+          local next_id = blocked_entry_id(member, #prefix)
+          members[#members + 1] = member
+          ready[#ready + 1] = o.now
+          ready[#ready + 1] = next_id
+          holder_pairs[#holder_pairs + 1] = key
+          holder_pairs[#holder_pairs + 1] = next_id
+          held_pairs[#held_pairs + 1] = next_id
+          held_pairs[#held_pairs + 1] = key
+        else
+          freed[#freed + 1] = key
+        end
+      end
+    end
+    if #ended > 0 then call_with('HDEL', { o.held }, ended) end
+    if #freed > 0 then call_with('HDEL', { o.holders }, freed) end
+    if #members > 0 then
+      call_with('ZREM', { o.blocked }, members)
+      call_with('ZADD', { o.ready }, ready)
+      call_with('HSET', { o.holders }, holder_pairs)
+      call_with('HSET', { o.held }, held_pairs)
+      o.handed = o.handed + #members
+    end
+  end)
+end
+
+-- Hands `consumer` up to `n` entries that took their key and wait for a
+-- consumer, oldest hand-over first, each with its own lease until
+-- `deadline`. Returns the deliveries { {id, 1, fields}, ... } and how many
+-- entries it took from the ready ZSET (0: none waits). Entries that
+-- left the stream meanwhile (the hard cap; Redis drops them from the
+-- pending list) release their key again, to the next.
+local function take_ready(o, consumer, n, deadline)
+  local out = {}
+  if n <= 0 or not o.on() then return out, 0 end
+  local ids = redis.call('ZRANGE', o.ready, 0, n - 1)
+  if #ids == 0 then return out, 0 end
+  redis.call('ZREM', o.ready, unpack(ids))
+  local args = { o.stream, o.group, consumer, 0 }
+  for _, id in ipairs(ids) do args[#args + 1] = id end
+  local claimed = redis.call('XCLAIM', unpack(args))
+  local got, timers = {}, {}
+  for _, entry in ipairs(claimed) do
+    got[entry[1]] = true
+    out[#out + 1] = { entry[1], 1, entry[2] }
+    timers[#timers + 1] = deadline
+    timers[#timers + 1] = entry[1]
+  end
+  if #timers > 0 then redis.call('ZADD', o.timers, unpack(timers)) end
+  local gone = {}
+  for _, id in ipairs(ids) do
+    if not got[id] then gone[#gone + 1] = id end
+  end
+  release(o, gone)
+  return out, #ids
 end
 
 -- Copies an entry to the dead letters (unless `keep` is false: dead-lettering
@@ -180,7 +272,7 @@ local function dead_letter(o, dlq, id, attempts, reason, keep)
   end
   redis.call('XACK', stream, o.group, id)
   redis.call('ZREM', o.timers, id)
-  o.handed = (o.handed or 0) + release(o, id)
+  release(o, { id })
 end
 
 -- Ends a lease that ran out (or was nacked): dead letter after the last

@@ -2,7 +2,7 @@
 -- and the ones up to it count as acked.
 --
 -- An ordered subscription starts its ordering afresh: every pending entry
--- (held, parked or blocked) is dropped and every key freed, and the entries
+-- (held, parked, blocked or ready) is dropped and every key freed, and the entries
 -- after ARGV[2] are read again, in stream order.
 --
 -- KEYS the subscription's lease keys (TopicKeys::lease_keys)
@@ -15,7 +15,7 @@ redis.call('XGROUP', 'SETID', stream, group, last)
 local upto = last
 if o.on() then
   upto = '+'
-  redis.call('DEL', o.holders, o.held, o.blocked)
+  redis.call('DEL', o.holders, o.held, o.blocked, o.ready)
 end
 local acked = 0
 if upto ~= '0-0' then
