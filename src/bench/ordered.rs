@@ -4,9 +4,8 @@
 //! state takes per active key and per blocked entry (`MEMORY USAGE`).
 
 use super::fresh_topic;
-use super::throughput::{CONSUMERS, Row};
+use super::throughput::{CONSUMERS, Row, drain};
 use crate::cli::ClientChannel;
-use crate::cli::progress_bar;
 use crate::config::BenchArgs;
 use crate::pb;
 use crate::pb::queue_service_client::QueueServiceClient;
@@ -122,7 +121,7 @@ async fn publish_keyed(
 }
 
 /// Consume + ack a backlog of `args.count` keyed messages with
-/// [`CONSUMERS`] streams, each acking what it received once per response.
+/// [`CONSUMERS`] streams (see [`drain`]).
 async fn consume(
     client: &Client,
     args: &BenchArgs,
@@ -133,48 +132,17 @@ async fn consume(
     // The subscription exists before the backlog, so it reads all of it.
     drop(subscribe(client, &topic, ordered).await?);
     publish_keyed(client, &topic, args, keys).await?;
-    let (done, mut received) = tokio::sync::mpsc::unbounded_channel();
-    let started = Instant::now();
+    let mut streams = Vec::new();
     for _ in 0..CONSUMERS {
-        let mut stream = subscribe(client, &topic, ordered).await?;
-        let (mut client, topic, done) = (client.clone(), topic.clone(), done.clone());
-        tokio::spawn(async move {
-            while let Ok(Some(response)) = stream.message().await {
-                let ack_ids: Vec<String> =
-                    response.messages.into_iter().map(|m| m.ack_id).collect();
-                let n = ack_ids.len();
-                let acked = client
-                    .ack(pb::AckRequest {
-                        topic: topic.clone(),
-                        subscription: SUBSCRIPTION.into(),
-                        ack_ids,
-                    })
-                    .await;
-                if acked.is_err() || done.send(n).is_err() {
-                    break;
-                }
-            }
-        });
+        streams.push(subscribe(client, &topic, ordered).await?);
     }
-    drop(done);
     let what = if ordered {
         format!("redq consume + ack, ordered, {keys} keys")
     } else {
         format!("redq consume + ack, unordered, {keys} keys")
     };
-    let bar = progress_bar(args.count as u64, "ordered");
-    let deadline = tokio::time::Instant::now() + args.timeout + Duration::from_secs(120);
-    let mut total = 0;
-    while total < args.count {
-        match tokio::time::timeout_at(deadline, received.recv()).await {
-            Ok(Some(n)) => {
-                total += n;
-                bar.inc(n as u64);
-            }
-            _ => return Err(format!("{what}: consumed only {total} of {}", args.count).into()),
-        }
-    }
-    bar.finish_and_clear();
+    let started = Instant::now();
+    drain(client, &topic, streams, args, &what).await?;
     Ok(Row::new(&what, args.count, started.elapsed(), &mut []))
 }
 

@@ -229,7 +229,7 @@ pub async fn consume(client: &Client, args: &BenchArgs) -> Result<Row, BoxError>
     let topic = fresh_topic("consume");
     let payload = payload(args);
     // The subscription exists before the backlog, so it reads all of it.
-    let mut first = Some(subscribe(client, &topic, 2000).await?);
+    let first = subscribe(client, &topic, 2000).await?;
     for start in (0..args.count).step_by(BATCH) {
         client
             .clone()
@@ -239,16 +239,34 @@ pub async fn consume(client: &Client, args: &BenchArgs) -> Result<Row, BoxError>
             })
             .await?;
     }
-    let (done, mut received) = tokio::sync::mpsc::unbounded_channel();
+    let mut streams = vec![first];
+    for _ in 1..CONSUMERS {
+        streams.push(subscribe(client, &topic, 2000).await?);
+    }
     let started = Instant::now();
-    for _ in 0..CONSUMERS {
-        let stream = match first.take() {
-            Some(stream) => stream,
-            None => subscribe(client, &topic, 2000).await?,
-        };
-        let (client, topic, done) = (client.clone(), topic.clone(), done.clone());
+    drain(client, &topic, streams, args, "consume").await?;
+    Ok(Row::new(
+        "redq consume + ack, 4 streams",
+        args.count,
+        started.elapsed(),
+        &mut [],
+    ))
+}
+
+/// Reads `args.count` deliveries of the subscription `bench` from `streams`,
+/// each acking every response it gets with one Ack; fails after the bench
+/// timeout (and a minute) with how many came.
+pub(super) async fn drain(
+    client: &Client,
+    topic: &str,
+    streams: Vec<tonic::Streaming<pb::SubscribeResponse>>,
+    args: &BenchArgs,
+    what: &str,
+) -> Result<(), BoxError> {
+    let (done, mut received) = tokio::sync::mpsc::unbounded_channel();
+    for mut stream in streams {
+        let (client, topic, done) = (client.clone(), topic.to_owned(), done.clone());
         tokio::spawn(async move {
-            let mut stream = stream;
             while let Ok(Some(response)) = stream.message().await {
                 let ack_ids: Vec<String> =
                     response.messages.into_iter().map(|m| m.ack_id).collect();
@@ -261,7 +279,7 @@ pub async fn consume(client: &Client, args: &BenchArgs) -> Result<Row, BoxError>
         });
     }
     drop(done);
-    let bar = progress_bar(args.count as u64, "consume");
+    let bar = progress_bar(args.count as u64, what);
     let mut total = 0;
     let deadline = tokio::time::Instant::now() + args.timeout + Duration::from_secs(60);
     while total < args.count {
@@ -270,16 +288,11 @@ pub async fn consume(client: &Client, args: &BenchArgs) -> Result<Row, BoxError>
                 total += n;
                 bar.inc(n as u64);
             }
-            _ => return Err(format!("consumed only {total} of {}", args.count).into()),
+            _ => return Err(format!("{what}: consumed only {total} of {}", args.count).into()),
         }
     }
     bar.finish_and_clear();
-    Ok(Row::new(
-        "redq consume + ack, 4 streams",
-        args.count,
-        started.elapsed(),
-        &mut [],
-    ))
+    Ok(())
 }
 
 /// redq: publish → handler latency at a steady 2,000 messages/s, from the

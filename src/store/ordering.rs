@@ -2,7 +2,7 @@
 //! ordering keys are held, and which entries wait for theirs (see
 //! `lua/lib.lua` for how keys are taken and released).
 
-use super::stream::{as_array, as_int, as_string, entry_time_ms};
+use super::stream::{as_int, as_string, first_pending_age};
 use super::topics::DEFAULT_MAX_BLOCKED;
 use super::{Store, TopicKeys};
 use crate::error::Result;
@@ -60,13 +60,7 @@ pub(super) fn read_ordering(
     };
     let active_keys = count(next())?;
     let blocked = count(next())?;
-    let oldest_blocked_age = as_array(next())?
-        .into_iter()
-        .next()
-        .and_then(|entry| as_array(entry).ok()?.into_iter().next())
-        .and_then(|id| as_string(id).ok())
-        .and_then(|id| entry_time_ms(&id))
-        .map(|published| Duration::from_millis(now_ms.saturating_sub(published)));
+    let oldest_blocked_age = first_pending_age(next(), now_ms)?;
     let max_blocked = match next() {
         Value::Nil => DEFAULT_MAX_BLOCKED,
         value => as_string(value)?.parse().unwrap_or(DEFAULT_MAX_BLOCKED),

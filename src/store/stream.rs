@@ -388,6 +388,18 @@ pub(super) fn decode_entry_with(
     Ok(entry)
 }
 
+/// How long ago, by Redis' clock `now_ms`, the first entry of an XPENDING
+/// range reply entered the stream; None when the reply is empty.
+pub(super) fn first_pending_age(reply: Value, now_ms: u64) -> Result<Option<Duration>> {
+    Ok(as_array(reply)?
+        .into_iter()
+        .next()
+        .and_then(|entry| as_array(entry).ok()?.into_iter().next())
+        .and_then(|id| as_string(id).ok())
+        .and_then(|id| entry_time_ms(&id))
+        .map(|published| Duration::from_millis(now_ms.saturating_sub(published))))
+}
+
 pub(super) fn decode_entry(id: Value, fields: Value) -> Result<Entry> {
     decode_entry_with(id, fields, |_, _| {}) // fields of later versions are ignored
 }

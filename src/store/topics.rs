@@ -3,7 +3,7 @@
 
 use super::leases::RetryPolicy;
 use super::scripts::{SEEK, TRIM_STREAM};
-use super::stream::{as_array, as_bytes, as_int, as_string, entry_time_ms};
+use super::stream::{as_array, as_bytes, as_int, as_string, first_pending_age};
 use super::{Store, TopicKeys, keys};
 use crate::error::{Error, Result};
 use redis::Value;
@@ -364,13 +364,7 @@ impl Store {
             .query_async(&mut conn)
             .await?;
         let now_ms = time.0 * 1000 + time.1 / 1000;
-        let oldest_unacked_age = as_array(oldest)?
-            .into_iter()
-            .next()
-            .and_then(|entry| as_array(entry).ok()?.into_iter().next())
-            .and_then(|id| as_string(id).ok())
-            .and_then(|id| entry_time_ms(&id))
-            .map(|published| Duration::from_millis(now_ms.saturating_sub(published)));
+        let oldest_unacked_age = first_pending_age(oldest, now_ms)?;
         let consumers = as_array(consumers)?
             .into_iter()
             .map(|consumer| {
