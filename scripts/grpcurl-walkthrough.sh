@@ -2,7 +2,7 @@
 # The README's grpcurl walkthrough, run against a live server and checked step
 # by step: list, describe, health, Publish, ScheduleDelayed (+ CancelScheduled),
 # Subscribe, Ack, the admin stats (AdminService GetTopic, GetSubscription),
-# PublishStream and StreamingSubscribe.
+# PublishStream and StreamingSubscribe, and an ordered subscription.
 # Any unexpected answer stops the script with a message and a non-zero exit.
 #
 #   REDQ_ADDR=localhost:50051 scripts/grpcurl-walkthrough.sh
@@ -246,10 +246,36 @@ rm -rf "$SS_DIR"
 echo "$OUT"
 expect '"ackId"' '"confirmation"' '"ackedIds"'
 
+# Ordering (README "Ordering"): two messages of one key on a topic of their
+# own; an ordered subscription hands out the first only, while it is unacked.
+OTOPIC="$TOPIC-ordered"
+call "Publish (ordering key)" \
+  -d '{"topic":"'"$OTOPIC"'","messages":[{"payload":"c3RlcC0x","ordering_key":"customer-9"},{"payload":"c3RlcC0y","ordering_key":"customer-9"}]}' \
+  "$ADDR" redq.v1.QueueService/Publish
+ID_STEP1=$(jget '.messageIds[0]' <<<"$OUT")
+STEP="Subscribe (enable_message_ordering)"
+echo
+echo "== $STEP (3 s)"
+args=(-max-time 3
+  -d '{"topic":"'"$OTOPIC"'","subscription":"invoices","enable_message_ordering":true}'
+  "$ADDR" redq.v1.QueueService/Subscribe)
+show "${args[@]}"
+set +e
+OUT=$(grpcurl -plaintext "${args[@]}" 2>/dev/null)
+set -e
+echo "$OUT"
+DELIVERED=$(jget '.messages[].message.id' <<<"$OUT" | tr '\n' ' ')
+[ "$DELIVERED" = "$ID_STEP1 " ] \
+  || fail "expected only the key's first message ($ID_STEP1) while it is unacked, got: $DELIVERED"
+call "GetSubscription (ordered)" -d '{"topic":"'"$OTOPIC"'","name":"invoices"}' \
+  "$ADDR" redq.v1.AdminService/GetSubscription
+expect '"messageOrdering": true' '"activeKeys": "1"' '"blocked": "1"'
+
 if [ "${REDQ_KEEP_TOPIC:-0}" != 1 ]; then
   call "DeleteTopic (clean up)" -d '{"name":"'"$TOPIC"'"}' "$ADDR" redq.v1.AdminService/DeleteTopic
+  call "DeleteTopic (clean up)" -d '{"name":"'"$OTOPIC"'"}' "$ADDR" redq.v1.AdminService/DeleteTopic
 fi
 
 STEP=""
 echo
-echo "walkthrough: OK (list, describe, health, publish, schedule, cancel, subscribe, ack, admin stats, publish stream, streaming subscribe)"
+echo "walkthrough: OK (list, describe, health, publish, schedule, cancel, subscribe, ack, admin stats, publish stream, streaming subscribe, ordering)"

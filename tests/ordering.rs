@@ -251,6 +251,34 @@ async fn a_nacked_message_comes_back_before_the_rest_of_its_key() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_that_drops_its_stream_mid_key_hands_the_key_to_the_next() {
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis.url(), &[]).await;
+    let mut client = server.client().await;
+    let opts = Sub::deadline(Duration::from_secs(1));
+    let mut first = subscribe_ordered(&mut client, SUB, opts.clone()).await;
+    publish_keyed(&mut client, TOPIC, &keys(1), 3, 10).await;
+    let m = expect_messages(&mut first, 1).await;
+    ack_all(&mut client, SUB, &m).await;
+    let held = expect_messages(&mut first, 1).await;
+    assert_eq!(keys_of(&held), [("key-0".into(), 1)]);
+    // It leaves holding the key's second message: the next consumer gets
+    // that one again once its lease ends, before the third.
+    drop(first);
+    let mut second = subscribe_ordered(&mut client, SUB, opts).await;
+    let again = expect_messages(&mut second, 1).await;
+    assert_eq!(keys_of(&again), [("key-0".into(), 1)]);
+    assert_eq!(again[0].delivery_attempt, 2);
+    assert_lock_state(&redis.url(), TOPIC, SUB).await;
+    ack_all(&mut client, SUB, &again).await;
+    let last = expect_messages(&mut second, 1).await;
+    assert_eq!(keys_of(&last), [("key-0".into(), 2)]);
+    assert_eq!(last[0].delivery_attempt, 1);
+    ack_all(&mut client, SUB, &last).await;
+    assert_lock_state(&redis.url(), TOPIC, SUB).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stale_ack_is_refused_and_does_not_release_the_key() {
     let redis = RedisServer::start();
     let server = TestServer::start(&redis.url(), &[]).await;
@@ -572,6 +600,7 @@ async fn unordered_subscriptions_of_the_same_topic_are_unaffected() {
     ack(&mut client, TOPIC, "plain", ack_ids_of(&all))
         .await
         .expect("a stale ack on an unordered subscription is ignored");
+    assert_lock_state(&redis.url(), TOPIC, SUB).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
