@@ -149,6 +149,8 @@ export interface SubscriptionSettings {
   maxDeliveryAttempts?: number;
   deadLettering?: boolean;
   start?: StartPositionName;
+  messageOrdering?: boolean;
+  maxBlocked?: number | string;
 }
 
 export interface SubscriptionInfo {
@@ -316,6 +318,11 @@ export interface SubscribeOptions {
   retryPolicy?: { minimumBackoff?: number; maximumBackoff?: number };
   /** Deliveries before dead-lettering, for a new subscription. */
   maxDeliveryAttempts?: number;
+  /**
+   * Create the subscription ordered per ordering key (an existing one must be):
+   * the messages of one key reach the handlers one at a time, in publish order.
+   */
+  messageOrdering?: boolean;
   /** Prefix of the stream's consumer name. */
   consumer?: string;
   /** Reconnect backoff, ms: initialBackoff (default 100) doubling up to maxBackoff (default 5000). */

@@ -49,6 +49,10 @@ type SubscriberOptions struct {
 	Start               redqv1.StartPosition
 	RetryPolicy         *redqv1.RetryPolicy
 	MaxDeliveryAttempts uint32
+	// MessageOrdering creates the subscription ordered per ordering key (an
+	// existing one must be): the messages of one key reach the handlers one
+	// at a time, in publish order.
+	MessageOrdering bool
 	// Backoff is the wait between reconnects of a broken stream.
 	Backoff Backoff
 }
@@ -392,6 +396,7 @@ func (s *Subscriber) serve() (progress bool, err error) {
 		MaxOutstandingMessages: uint32(o.MaxOutstanding), MaxOutstandingBytes: o.MaxOutstandingBytes,
 		AckDeadline: durationpb.New(o.AckDeadline), Start: o.Start,
 		RetryPolicy: o.RetryPolicy, MaxDeliveryAttempts: o.MaxDeliveryAttempts,
+		EnableMessageOrdering: o.MessageOrdering,
 	}}
 	var received int32
 	recvErr := make(chan error, 1)

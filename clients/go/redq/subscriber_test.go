@@ -116,6 +116,38 @@ func TestSubscribeReceivesAndAcks(t *testing.T) {
 	}
 }
 
+// MessageOrdering: the messages of one key reach the handlers one at a
+// time, in publish order, however many handlers may run.
+func TestMessageOrderingOneAtATimePerKey(t *testing.T) {
+	c := dial(t)
+	topic := newTopic(t)
+	ids := publish(t, c, topic, "one", "two", "three") // all with ordering key "k"
+	d := newDeliveries()
+	var running, overlaps atomic.Int32
+	s := Subscribe(c, topic, "ordered", func(ctx context.Context, m *Message) error {
+		if running.Add(1) > 1 {
+			overlaps.Add(1)
+		}
+		time.Sleep(50 * time.Millisecond)
+		running.Add(-1)
+		d.add(m)
+		return nil
+	}, SubscriberOptions{Concurrency: 10, MessageOrdering: true})
+	ms := d.waitFor(t, waitCtx(t, 10*time.Second), "3 messages", count(3))
+	closeSub(t, s)
+	if n := overlaps.Load(); n != 0 {
+		t.Errorf("%d handlers of key k ran beside another", n)
+	}
+	for i, m := range ms {
+		if m.ID != ids[i] {
+			t.Errorf("delivery %d: %s, want %s (publish order)", i, m.ID, ids[i])
+		}
+	}
+	if !subscription(t, c, topic, "ordered").Settings.GetMessageOrdering() {
+		t.Errorf("the subscription was not created ordered")
+	}
+}
+
 // An explicit NackAfter(0) redelivers at once with attempt 2; an error from
 // the handler nacks too (after the subscription's retry backoff).
 func TestNackAndHandlerErrorRedeliver(t *testing.T) {

@@ -256,6 +256,7 @@ export function encodeStreamingSubscribeRequest(w, req) {
     }
     if (s.maxDeliveryAttempts) w.uintField(8, s.maxDeliveryAttempts);
     if (s.maxOutstandingBytes) w.uintField(9, s.maxOutstandingBytes);
+    if (s.enableMessageOrdering) w.uintField(10, 1);
     w.end(mark);
   }
   if (req.acks) writeAckIds(w, 2, req.acks);

@@ -95,6 +95,8 @@ export class Subscription {
    * @param {'earliest'|'latest'} [options.start] where a new subscription starts (default earliest)
    * @param {{minimumBackoff?: number, maximumBackoff?: number}} [options.retryPolicy] of a new subscription, ms
    * @param {number} [options.maxDeliveryAttempts] of a new subscription
+   * @param {boolean} [options.messageOrdering] create the subscription ordered per ordering key
+   *   (an existing one must be): a key's messages reach the handlers one at a time, in order
    * @param {string} [options.consumer] prefix of this stream's consumer name
    * @param {number} [options.initialBackoff] reconnect backoff in ms (default 100), doubling up to
    * @param {number} [options.maxBackoff] ms (default 5000)
@@ -127,6 +129,7 @@ export class Subscription {
       start: options.start ?? '',
       retryPolicy: options.retryPolicy ?? null,
       maxDeliveryAttempts: options.maxDeliveryAttempts ?? 0,
+      enableMessageOrdering: options.messageOrdering ?? false,
     };
 
     this._writer = new Writer(16 * 1024);

@@ -85,6 +85,7 @@ test('StreamingSubscribeRequest: the opening request and acks of received messag
         start: 'latest',
         retryPolicy: { minimumBackoff: 100, maximumBackoff: 60_000 },
         maxDeliveryAttempts: 5,
+        enableMessageOrdering: true,
       },
     }),
   );
@@ -98,6 +99,7 @@ test('StreamingSubscribeRequest: the opening request and acks of received messag
     start: 'START_POSITION_LATEST',
     retryPolicy: { minimumBackoff: { seconds: 0, nanos: 100e6 }, maximumBackoff: { seconds: 60, nanos: 0 } },
     maxDeliveryAttempts: 5,
+    enableMessageOrdering: true,
   });
 
   // Ack ids are written back from the bytes they were received in.

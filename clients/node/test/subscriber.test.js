@@ -53,6 +53,32 @@ test('messages arrive with their id, payload and attributes; returning acks', as
   assert.equal(stats.pending, 0);
 });
 
+test('messageOrdering: one message of a key at a time, in order, beside other keys', async () => {
+  const topic = unique('node-sub-ordered');
+  const ids = [];
+  for (let i = 0; i < 3; i++) {
+    ids.push(await publisher.publish(topic, `a-${i}`, { orderingKey: 'a' }));
+    await publisher.publish(topic, `b-${i}`, { orderingKey: 'b' });
+  }
+  const subscriber = new Subscriber(client);
+  const running = new Map();
+  const order = [];
+  let overlaps = 0;
+  subscriber.subscribe(topic, 'ordered', async (m) => {
+    if (running.get(m.orderingKey)) overlaps++;
+    running.set(m.orderingKey, true);
+    if (m.orderingKey === 'a') order.push(m.id);
+    await sleep(50);
+    running.set(m.orderingKey, false);
+  }, { messageOrdering: true, concurrency: 10 });
+  await waitFor(() => order.length === 3, 10_000, "key a's 3 messages");
+  await subscriber.close();
+  assert.equal(overlaps, 0, 'no two handlers of one key at once');
+  assert.deepEqual(order, ids);
+  const info = await client.admin.getSubscription({ topic, name: 'ordered' });
+  assert.equal(info.settings.messageOrdering, true);
+});
+
 test('nack(0) redelivers at once with delivery attempt 2', async () => {
   const topic = unique('node-sub-nack');
   const id = await publisher.publish(topic, 'again');

@@ -264,7 +264,8 @@ class Subscriber:
         self.close()
 
     def subscribe(self, topic, subscription, handler, *, max_outstanding=100, concurrency=10, ack_deadline=30.0,
-                  consumer="", start=None, retry_policy=None, max_delivery_attempts=0, max_outstanding_bytes=0):
+                  consumer="", start=None, retry_policy=None, max_delivery_attempts=0, max_outstanding_bytes=0,
+                  message_ordering=False):
         """Starts receiving; returns the running Subscription.
 
         handler(message) runs in one of `concurrency` threads; returning acks
@@ -274,7 +275,7 @@ class Subscriber:
         request = _subscriber.subscribe_request(
             topic, subscription, max_outstanding=max_outstanding, ack_deadline=ack_deadline, consumer=consumer,
             start=start, retry_policy=retry_policy, max_delivery_attempts=max_delivery_attempts,
-            max_outstanding_bytes=max_outstanding_bytes)
+            max_outstanding_bytes=max_outstanding_bytes, message_ordering=message_ordering)
         core = self._core
 
         async def start():

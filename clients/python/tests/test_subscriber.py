@@ -47,6 +47,31 @@ class SubscriberTest(unittest.IsolatedAsyncioTestCase):
         self.assertEqual(stats.pending, 0)
         self.assertEqual(stats.acked_count, 3)
 
+    async def test_message_ordering_runs_one_message_of_a_key_at_a_time_in_order(self):
+        topic = support.topic("ordered")
+        async with redq.aio.Publisher(self.addr) as publisher:
+            ids = []
+            for i in range(3):
+                ids.append(await publisher.publish(topic, b"a-%d" % i, ordering_key="a"))
+                await publisher.publish(topic, b"b-%d" % i, ordering_key="b")
+        running, order, overlaps = set(), [], []
+
+        async def handler(message):
+            if message.ordering_key in running:
+                overlaps.append(message.id)
+            running.add(message.ordering_key)
+            if message.ordering_key == "a":
+                order.append(message.id)
+            await asyncio.sleep(0.05)
+            running.discard(message.ordering_key)
+
+        self.subscriber.subscribe(topic, "ordered", handler, concurrency=10, message_ordering=True)
+        await support.eventually(lambda: len(order) == 3)
+        self.assertEqual(overlaps, [], "no two handlers of one key at once")
+        self.assertEqual(order, ids)
+        info = await self.client.admin.GetSubscription(topic=topic, name="ordered")
+        self.assertTrue(info.settings.message_ordering)
+
     async def test_nack_redelivers_with_attempt_2(self):
         topic = support.topic("nack")
         [message_id] = await self.publish(topic, [b"again"])

@@ -126,12 +126,13 @@ class SubscriptionStats:
 
 
 def subscribe_request(topic, subscription, *, max_outstanding, ack_deadline, consumer="", start=None,
-                      retry_policy=None, max_delivery_attempts=0, max_outstanding_bytes=0):
+                      retry_policy=None, max_delivery_attempts=0, max_outstanding_bytes=0, message_ordering=False):
     """The SubscribeRequest opening a stream. retry_policy: (minimum, maximum) backoff in seconds."""
     request = pb.SubscribeRequest(
         topic=topic, subscription=subscription, consumer=consumer,
         max_outstanding_messages=max_outstanding, ack_deadline=_common.to_duration(ack_deadline),
-        max_delivery_attempts=max_delivery_attempts, max_outstanding_bytes=max_outstanding_bytes)
+        max_delivery_attempts=max_delivery_attempts, max_outstanding_bytes=max_outstanding_bytes,
+        enable_message_ordering=message_ordering)
     if start is not None:
         request.start = {"earliest": pb.START_POSITION_EARLIEST, "latest": pb.START_POSITION_LATEST}.get(start, start)
     if retry_policy is not None:
@@ -594,18 +595,21 @@ class Subscriber:
         await self.close()
 
     def subscribe(self, topic, subscription, handler, *, max_outstanding=100, concurrency=None, ack_deadline=30.0,
-                  consumer="", start=None, retry_policy=None, max_delivery_attempts=0, max_outstanding_bytes=0):
+                  consumer="", start=None, retry_policy=None, max_delivery_attempts=0, max_outstanding_bytes=0,
+                  message_ordering=False):
         """Starts receiving; returns the running Subscription. Call inside the event loop.
 
         handler(message): a coroutine function or a plain function. At most
         `concurrency` (default: max_outstanding) run at once. start:
         "earliest" or "latest" (for a subscription this call creates).
-        retry_policy: (minimum, maximum) backoff in seconds.
+        retry_policy: (minimum, maximum) backoff in seconds. message_ordering:
+        create the subscription ordered per ordering key (an existing one must
+        be): the messages of one key reach the handlers one at a time, in order.
         """
         request = subscribe_request(
             topic, subscription, max_outstanding=max_outstanding, ack_deadline=ack_deadline, consumer=consumer,
             start=start, retry_policy=retry_policy, max_delivery_attempts=max_delivery_attempts,
-            max_outstanding_bytes=max_outstanding_bytes)
+            max_outstanding_bytes=max_outstanding_bytes, message_ordering=message_ordering)
         sub = Subscription(self._stub, request, handler, concurrency or max_outstanding,
                            asyncio.get_running_loop())
         self._subscriptions.append(sub)
