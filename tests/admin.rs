@@ -570,6 +570,7 @@ async fn publishing_is_refused_before_redis_reaches_maxmemory() {
             .publish(pb::PublishRequest {
                 topic: "t".into(),
                 messages: vec![message(payload.clone())],
+                dedupe_id: String::new(),
             })
             .await;
         if let Err(status) = result {
@@ -631,6 +632,7 @@ async fn topic_limits_and_bad_admin_requests_are_rejected_naming_the_field() {
         .publish(pb::PublishRequest {
             topic: "small".into(),
             messages: vec![message("fits"), message("too long")],
+            dedupe_id: String::new(),
         })
         .await;
     assert_status(result, Code::InvalidArgument, "messages[1].payload");

@@ -94,6 +94,7 @@ async fn call(server: &TestServer, rpc: &str, token: Option<&str>) -> Code {
                 pb::PublishRequest {
                     topic,
                     messages: vec![message("m")],
+                    dedupe_id: String::new(),
                 },
                 token,
             ))
@@ -204,6 +205,7 @@ async fn call(server: &TestServer, rpc: &str, token: Option<&str>) -> Code {
                 request_id: 1,
                 topic,
                 messages: vec![message("m")],
+                dedupe_id: String::new(),
             };
             match q
                 .publish_stream(with_token(futures::stream::iter([request]), token))
@@ -378,6 +380,7 @@ async fn every_rpc_is_allowed_by_its_action_only() {
             pb::PublishRequest {
                 topic: "payroll".into(),
                 messages: vec![message("m")],
+                dedupe_id: String::new(),
             },
             Some(PUBLISHER),
         ))
@@ -395,6 +398,7 @@ async fn every_rpc_is_allowed_by_its_action_only() {
                 pb::PublishRequest {
                     topic: topic.into(),
                     messages: vec![message("m")],
+                    dedupe_id: String::new(),
                 },
                 Some(PUBLISHER),
             ))
@@ -410,6 +414,7 @@ async fn every_rpc_is_allowed_by_its_action_only() {
             pb::PublishRequest {
                 topic: "payroll".into(),
                 messages: vec![],
+                dedupe_id: String::new(),
             },
             Some(BILLING),
         ))
@@ -628,6 +633,7 @@ async fn a_client_certificate_named_in_the_file_is_an_identity() {
             .publish(pb::PublishRequest {
                 topic: topic.into(),
                 messages: vec![message("m")],
+                dedupe_id: String::new(),
             })
             .await
             .map(|_| ())
@@ -691,6 +697,7 @@ async fn per_token_limits_refuse_with_resource_exhausted() {
     let batch = |n: usize| pb::PublishRequest {
         topic: "orders".into(),
         messages: (0..n).map(|_| message("m")).collect(),
+        dedupe_id: String::new(),
     };
     q.publish(with_token(batch(50), Some(PUBLISHER)))
         .await
@@ -774,6 +781,7 @@ async fn token_create_prints_a_token_the_server_accepts() {
         pb::PublishRequest {
             topic: "orders.eu".into(),
             messages: vec![message("m")],
+            dedupe_id: String::new(),
         },
         Some(&token),
     ))

@@ -211,3 +211,60 @@ async fn empty_dedupe_id_never_deduplicates() {
     assert_eq!(resp.duplicates, vec![false, false]);
     assert_ne!(resp.message_ids[0], resp.message_ids[1]);
 }
+
+/// A request-level dedupe id: a retried Publish is answered with the first
+/// call's ids, all duplicates, and nothing is delivered twice, through
+/// another replica and after a Redis restart from its AOF alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_request_with_its_dedupe_id_is_published_once() {
+    let mut redis = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let server = TestServer::start(&redis.url(), &[]).await;
+    let other = TestServer::start(&redis.url(), &[]).await;
+    let mut client = server.client().await;
+    let request = |dedupe_id: &str| pb::PublishRequest {
+        topic: TOPIC.into(),
+        messages: vec![message("x"), message("y")],
+        dedupe_id: dedupe_id.into(),
+    };
+    let first = client
+        .publish(request("batch-1"))
+        .await
+        .expect("publish")
+        .into_inner();
+    assert_eq!(first.duplicates, [false, false]);
+
+    redis.restart();
+    let mut other_client = other.client().await;
+    // As a client would: retried until Redis is back.
+    let mut attempts = 0;
+    let retried = loop {
+        match other_client.publish(request("batch-1")).await {
+            Ok(response) => break response.into_inner(),
+            Err(status) if status.code() == tonic::Code::Unavailable && attempts < 100 => {
+                attempts += 1;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(status) => panic!("retry: {status:?}"),
+        }
+    };
+    assert_eq!(retried.message_ids, first.message_ids);
+    assert_eq!(retried.duplicates, [true, true]);
+    assert_eq!(retried.deliver_at, first.deliver_at);
+
+    let too_long = other_client.publish(request(&"d".repeat(257))).await;
+    assert_status(too_long, tonic::Code::InvalidArgument, "dedupe_id");
+    let fewer = pb::PublishRequest {
+        messages: vec![message("x")],
+        ..request("batch-1")
+    };
+    assert_status(
+        other_client.publish(fewer).await,
+        tonic::Code::InvalidArgument,
+        "dedupe_id",
+    );
+
+    let mut stream = subscribe(&mut other_client, TOPIC, SUB, Sub::deadline(NO_REDELIVERY)).await;
+    let got = expect_messages(&mut stream, 2).await;
+    assert_eq!(ids_of(&got), first.message_ids);
+    assert_no_message_within(&mut stream, Duration::from_secs(1)).await;
+}

@@ -360,6 +360,7 @@ async fn bursts_reach_idle_streams_before_the_safety_net() {
             let request = pb::PublishRequest {
                 topic: TOPIC.to_string(),
                 messages,
+                dedupe_id: String::new(),
             };
             client.publish(request).await.expect("publish");
         } else {

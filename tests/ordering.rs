@@ -499,6 +499,7 @@ async fn scheduled_messages_of_a_key_come_in_due_order() {
         .publish(pb::PublishRequest {
             topic: TOPIC.into(),
             messages,
+            dedupe_id: String::new(),
         })
         .await
         .expect("publish");

@@ -43,11 +43,23 @@ impl PublishStream {
     }
 
     async fn send(&self, request_id: u64, topic: &str, messages: Vec<pb::PublishMessage>) {
+        self.send_deduped(request_id, topic, "", messages).await
+    }
+
+    /// Sends a request with its own (request-level) dedupe id.
+    async fn send_deduped(
+        &self,
+        request_id: u64,
+        topic: &str,
+        dedupe_id: &str,
+        messages: Vec<pb::PublishMessage>,
+    ) {
         self.requests
             .send(pb::PublishStreamRequest {
                 request_id,
                 topic: topic.into(),
                 messages,
+                dedupe_id: dedupe_id.into(),
             })
             .await
             .expect("request sent");
@@ -121,6 +133,62 @@ async fn publish_stream_answers_each_request_and_a_bad_one_fails_alone() {
         .map(|m| m.message.as_ref().unwrap().payload.clone())
         .collect();
     assert_eq!(payloads, ["a", "b", "c"]);
+}
+
+/// A client resending a whole request (its answer was lost) with the
+/// request's dedupe id: nothing is published twice, even when the resend is
+/// written in the same script call as the first; a resend of another size
+/// fails alone.
+#[tokio::test]
+async fn publish_stream_retries_of_a_request_dedupe_id_publish_nothing_again() {
+    let (_redis, _server, mut client) = start().await;
+    let mut subscriber = subscribe(&mut client, "orders", "s", Sub::default()).await;
+    let mut stream = PublishStream::open(&mut client).await;
+    let batch = || {
+        vec![
+            message("a"),
+            scheduled_message("later", Due::in_ms(60_000)),
+            message("b"),
+        ]
+    };
+    // Sent back to back: the server may write them with one script call.
+    stream.send_deduped(1, "orders", "req-1", batch()).await;
+    stream.send_deduped(2, "orders", "req-1", batch()).await;
+    stream
+        .send_deduped(3, "orders", "req-1", vec![message("a")])
+        .await;
+    stream
+        .send_deduped(4, "orders", "req-2", vec![message("c")])
+        .await;
+    let answers = stream.answers(4).await;
+
+    let first = &answers[&1];
+    assert!(first.status.is_none(), "{first:?}");
+    assert_eq!(first.duplicates, [false, false, false]);
+    let retry = &answers[&2];
+    assert!(retry.status.is_none(), "{retry:?}");
+    assert_eq!(retry.message_ids, first.message_ids);
+    assert_eq!(retry.duplicates, [true, true, true]);
+    assert_eq!(
+        retry.deliver_at, first.deliver_at,
+        "the originals' due times"
+    );
+    let other_size = answers[&3].status.as_ref().expect("a status");
+    assert_eq!(other_size.code, Code::InvalidArgument as i32);
+    assert!(
+        other_size.message.contains("dedupe_id") && other_size.message.contains("3 messages"),
+        "{other_size:?}"
+    );
+    assert_eq!(answers[&4].duplicates, [false]);
+
+    // Each message once: a, b, c (the scheduled one is not due).
+    let got = expect_messages(&mut subscriber, 3).await;
+    let payloads: Vec<_> = got
+        .iter()
+        .map(|m| m.message.as_ref().unwrap().payload.clone())
+        .collect();
+    assert_eq!(payloads, ["a", "b", "c"]);
+    assert_no_message_within(&mut subscriber, Duration::from_millis(500)).await;
 }
 
 #[tokio::test]

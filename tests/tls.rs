@@ -34,6 +34,7 @@ async fn publish_over(channel: tonic::transport::Channel) -> Result<(), tonic::S
         .publish(pb::PublishRequest {
             topic: "secure".into(),
             messages: vec![message("hi")],
+            dedupe_id: String::new(),
         })
         .await
         .map(|_| ())

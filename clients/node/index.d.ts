@@ -218,7 +218,7 @@ export declare function connect(address: string, options?: ClientOptions): Clien
 export interface PublishOptions {
   attributes?: Record<string, string>;
   orderingKey?: string;
-  /** Default: an automatic one (unless the publisher has autoDedupe: false). */
+  /** The message's own idempotency key; none by default (the publisher dedupes whole requests, unless autoDedupe: false). */
   dedupeId?: string;
   /** Deliver after this many ms... */
   delay?: number;
@@ -235,7 +235,7 @@ export interface PublisherOptions {
   maxBatchBytes?: number;
   /** ms a batch may wait to fill up (default 0: sent as soon as a request slot is free). */
   linger?: number;
-  /** Give each message without a dedupeId an automatic one (default true). */
+  /** Give each request an automatic dedupe id, so a resend cannot publish twice (default true). */
   autoDedupe?: boolean;
   /** Resends of a request on UNAVAILABLE or a broken stream (default 10). */
   maxRetries?: number;

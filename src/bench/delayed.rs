@@ -115,6 +115,7 @@ async fn workload(
             .publish(pb::PublishRequest {
                 topic: topic.clone(),
                 messages,
+                dedupe_id: String::new(),
             })
             .await?;
     }

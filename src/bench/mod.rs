@@ -226,6 +226,7 @@ fn publish_steadily(
                         payload: stamped_payload(epoch, size),
                         ..Default::default()
                     }],
+                    dedupe_id: String::new(),
                 })
                 .await?;
         }

@@ -113,6 +113,7 @@ async fn publish_keyed(
             .publish(pb::PublishRequest {
                 topic: topic.to_owned(),
                 messages,
+                dedupe_id: String::new(),
             })
             .await?;
         sent += n;

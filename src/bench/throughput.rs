@@ -83,6 +83,7 @@ pub async fn publish_batch(client: &Client, args: &BenchArgs) -> Result<Row, Box
             .publish(pb::PublishRequest {
                 topic: topic.clone(),
                 messages: messages(&payload, n),
+                dedupe_id: String::new(),
             })
             .await?;
         latencies.push(call.elapsed());
@@ -154,6 +155,7 @@ pub async fn publish_unary(client: &Client, args: &BenchArgs) -> Result<Row, Box
                         .publish(pb::PublishRequest {
                             topic: topic.clone(),
                             messages: messages(&payload, 1),
+                            dedupe_id: String::new(),
                         })
                         .await?;
                     latencies.push(call.elapsed());
@@ -236,6 +238,7 @@ pub async fn consume(client: &Client, args: &BenchArgs) -> Result<Row, BoxError>
             .publish(pb::PublishRequest {
                 topic: topic.clone(),
                 messages: messages(&payload, BATCH.min(args.count - start)),
+                dedupe_id: String::new(),
             })
             .await?;
     }
@@ -409,6 +412,7 @@ pub async fn memory(
                 .publish(pb::PublishRequest {
                     topic: topic.clone(),
                     messages: batch,
+                    dedupe_id: String::new(),
                 })
                 .await?;
         }

@@ -20,7 +20,7 @@ use crate::metrics::Metrics;
 use crate::store::dead_letters::DeadLetterPage;
 use crate::store::leases::{Acked, Ended, Lease};
 use crate::store::scheduled::Rescheduled;
-use crate::store::stream::{Due, NewMessage, Published, parse_entry_id};
+use crate::store::stream::{Due, NewMessage, PublishBatch, Published, parse_entry_id};
 use crate::store::topics::{DEFAULT_MAX_BLOCKED, SubscriptionSettings, TopicSettings};
 use crate::store::{Store, TopicKeys};
 use ack_id::AckId;
@@ -162,13 +162,15 @@ impl Broker {
     /// bookkeeping took about 8 % of a unary publish, and nothing inside them
     /// logs at info or above (errors are logged where they become a status).
     #[tracing::instrument(level = "debug", skip_all, fields(topic = %topic))]
-    pub async fn publish(&self, topic: &str, messages: Vec<NewMessage>) -> Result<Vec<Published>> {
+    pub async fn publish(&self, topic: &str, request: PublishBatch) -> Result<Vec<Published>> {
         let (settings, dedupe_window) = self.before_publish(topic).await?;
-        check_payloads(&settings, &messages)?;
+        check_payloads(&settings, &request.messages)?;
         let published = self
             .store
-            .publish(&TopicKeys::new(topic), &messages, dedupe_window)
-            .await?;
+            .publish(&TopicKeys::new(topic), &[request], dedupe_window)
+            .await?
+            .pop()
+            .ok_or_else(|| Error::Corrupt("publish reply without a result".into()))??;
         self.after_publish(topic, &published).await?;
         Ok(published)
     }
@@ -176,12 +178,8 @@ impl Broker {
     /// Queues messages to be published with the other requests of the topic
     /// that arrive meanwhile (see [`publish_batches`]); the reply comes when
     /// they are written. Results in request order.
-    pub fn publish_batched(
-        &self,
-        topic: &str,
-        messages: Vec<NewMessage>,
-    ) -> publish_batches::Reply {
-        self.batches.submit(self, topic, messages)
+    pub fn publish_batched(&self, topic: &str, request: PublishBatch) -> publish_batches::Reply {
+        self.batches.submit(self, topic, request)
     }
 
     /// What every publish checks first: Redis has room, the topic is

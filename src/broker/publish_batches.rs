@@ -9,7 +9,7 @@
 use super::Broker;
 use crate::error::{Error, Result};
 use crate::store::TopicKeys;
-use crate::store::stream::{NewMessage, Published};
+use crate::store::stream::{PublishBatch, Published};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -26,7 +26,7 @@ const IDLE: Duration = Duration::from_secs(30);
 pub type Reply = oneshot::Receiver<Result<Vec<Published>>>;
 
 struct Job {
-    messages: Vec<NewMessage>,
+    request: PublishBatch,
     reply: oneshot::Sender<Result<Vec<Published>>>,
 }
 
@@ -37,15 +37,10 @@ pub struct PublishBatches {
 }
 
 impl PublishBatches {
-    /// Queues `messages` for `topic`, starting its writer if it has none.
-    pub fn submit(
-        self: &Arc<Self>,
-        broker: &Broker,
-        topic: &str,
-        messages: Vec<NewMessage>,
-    ) -> Reply {
+    /// Queues `request` for `topic`, starting its writer if it has none.
+    pub fn submit(self: &Arc<Self>, broker: &Broker, topic: &str, request: PublishBatch) -> Reply {
         let (reply, answer) = oneshot::channel();
-        let mut job = Job { messages, reply };
+        let mut job = Job { request, reply };
         // Sent under the lock, so a writer that is ending (it takes the
         // lock to leave the map) never strands a job.
         let mut writers = self.writers.lock().expect("publish writers lock");
@@ -113,8 +108,9 @@ async fn write_topic(
 }
 
 fn size(job: &Job) -> (usize, usize) {
-    let bytes = job.messages.iter().map(|m| m.payload.len()).sum();
-    (job.messages.len(), bytes)
+    let messages = &job.request.messages;
+    let bytes = messages.iter().map(|m| m.payload.len()).sum();
+    (messages.len(), bytes)
 }
 
 /// Writes the jobs that pass the topic's checks with one call, and answers each.
@@ -128,45 +124,46 @@ async fn write(broker: &Broker, keys: &TopicKeys, topic: &str, jobs: Vec<Job>) {
             return;
         }
     };
-    let mut accepted = Vec::with_capacity(jobs.len());
-    let mut messages = Vec::new();
+    let mut replies = Vec::with_capacity(jobs.len());
+    let mut requests = Vec::with_capacity(jobs.len());
     for job in jobs {
-        match super::check_payloads(&settings, &job.messages) {
+        match super::check_payloads(&settings, &job.request.messages) {
             Err(err) => {
                 let _ = job.reply.send(Err(err));
             }
             Ok(()) => {
-                accepted.push((job.messages.len(), job.reply));
-                messages.extend(job.messages);
+                replies.push(job.reply);
+                requests.push(job.request);
             }
         }
     }
-    if accepted.is_empty() {
+    if requests.is_empty() {
         return;
     }
-    let published = broker
+    let results = broker
         .store
-        .publish(keys, &messages, dedupe_window)
+        .publish(keys, &requests, dedupe_window)
         .await
-        .and_then(|published| {
-            if published.len() == messages.len() {
-                Ok(published)
+        .and_then(|results| {
+            if results.len() == requests.len() {
+                Ok(results)
             } else {
                 Err(Error::Corrupt("publish reply of the wrong length".into()))
             }
         });
-    match published {
-        Ok(published) => {
-            if let Err(err) = broker.after_publish(topic, &published).await {
-                tracing::debug!(error = ?err, "could not wake scheduled message watchers");
+    match results {
+        Ok(results) => {
+            for published in results.iter().filter_map(|result| result.as_ref().ok()) {
+                if let Err(err) = broker.after_publish(topic, published).await {
+                    tracing::debug!(error = ?err, "could not wake scheduled message watchers");
+                }
             }
-            let mut published = published.into_iter();
-            for (n, reply) in accepted {
-                let _ = reply.send(Ok(published.by_ref().take(n).collect()));
+            for (result, reply) in results.into_iter().zip(replies) {
+                let _ = reply.send(result);
             }
         }
         Err(err) => {
-            for (_, reply) in accepted {
+            for reply in replies {
                 let _ = reply.send(Err(err.clone()));
             }
         }

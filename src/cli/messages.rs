@@ -276,6 +276,7 @@ impl Publisher<'_> {
             .publish(pb::PublishRequest {
                 topic: self.topic.to_string(),
                 messages,
+                dedupe_id: String::new(),
             })
             .await
             .map_err(|status| {

@@ -9,7 +9,9 @@ use crate::pb;
 use crate::store::dead_letters::{DeadLetter, DeadLetterReason};
 use crate::store::leases::RetryPolicy;
 use crate::store::scheduled::Rescheduled;
-use crate::store::stream::{Due, Entry, GroupStart, NewMessage, Published, is_entry_id};
+use crate::store::stream::{
+    Due, Entry, GroupStart, NewMessage, PublishBatch, Published, is_entry_id,
+};
 use crate::store::topics::ORDERED_MAX_DELIVERY_ATTEMPTS;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -44,10 +46,30 @@ pub fn check_name(field: &str, name: &str) -> Result<()> {
     Ok(())
 }
 
-pub fn publish_messages(
+/// A publish request's messages and its own dedupe id, validated.
+pub fn publish_batch(
     messages: Vec<pb::PublishMessage>,
+    dedupe_id: String,
     limits: &Limits,
-) -> Result<Vec<NewMessage>> {
+) -> Result<PublishBatch> {
+    check_dedupe_id("dedupe_id", &dedupe_id)?;
+    Ok(PublishBatch {
+        messages: publish_messages(messages, limits)?,
+        dedupe_id,
+    })
+}
+
+fn check_dedupe_id(field: &str, dedupe_id: &str) -> Result<()> {
+    if dedupe_id.len() > MAX_DEDUPE_ID_BYTES {
+        return Err(Error::invalid(
+            field,
+            format!("at most {MAX_DEDUPE_ID_BYTES} bytes"),
+        ));
+    }
+    Ok(())
+}
+
+fn publish_messages(messages: Vec<pb::PublishMessage>, limits: &Limits) -> Result<Vec<NewMessage>> {
     if messages.is_empty() {
         return Err(Error::invalid("messages", "must not be empty"));
     }
@@ -147,12 +169,7 @@ fn publish_message(
             format!("at most {} bytes", limits.max_attribute_bytes),
         ));
     }
-    if dedupe_id.len() > MAX_DEDUPE_ID_BYTES {
-        return Err(Error::invalid(
-            format!("{prefix}dedupe_id"),
-            format!("at most {MAX_DEDUPE_ID_BYTES} bytes"),
-        ));
-    }
+    check_dedupe_id(&format!("{prefix}dedupe_id"), &dedupe_id)?;
     Ok(NewMessage {
         payload,
         attributes,

@@ -55,6 +55,7 @@ pub fn serve(
                 request_id,
                 topic,
                 messages,
+                dedupe_id,
             } = request;
             // Each request by the grants in force when it arrives.
             let allowed = authorizer.refresh(&caller).and_then(|caller| {
@@ -66,15 +67,15 @@ pub fn serve(
                 continue;
             }
             let checked = convert::check_name("topic", &topic)
-                .and_then(|()| convert::publish_messages(messages, &limits));
-            let messages = match checked {
-                Ok(messages) => messages,
+                .and_then(|()| convert::publish_batch(messages, dedupe_id, &limits));
+            let batch = match checked {
+                Ok(batch) => batch,
                 Err(err) => {
                     let _ = responses.send(Ok(failed(request_id, err.into()))).await;
                     continue;
                 }
             };
-            let reply = broker.publish_batched(&topic, messages);
+            let reply = broker.publish_batched(&topic, batch);
             let responses = responses.clone();
             tokio::spawn(async move {
                 let response = match reply.await {

@@ -8,7 +8,7 @@ use crate::config::Limits;
 use crate::error::Error;
 use crate::pb;
 use crate::pb::queue_service_server::QueueService;
-use crate::store::stream::Due;
+use crate::store::stream::{Due, PublishBatch};
 use std::time::Instant;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
@@ -58,10 +58,14 @@ impl QueueService for QueueApi {
         let started = Instant::now();
         let publish = request.get_ref();
         self.may_publish(&request, publish.messages.len())?;
-        let pb::PublishRequest { topic, messages } = request.into_inner();
+        let pb::PublishRequest {
+            topic,
+            messages,
+            dedupe_id,
+        } = request.into_inner();
         convert::check_name("topic", &topic)?;
-        let messages = convert::publish_messages(messages, &self.limits)?;
-        let published = self.broker.publish(&topic, messages).await;
+        let batch = convert::publish_batch(messages, dedupe_id, &self.limits)?;
+        let published = self.broker.publish(&topic, batch).await;
         self.broker
             .metrics()
             .publish_duration("Publish", started.elapsed());
@@ -83,7 +87,11 @@ impl QueueService for QueueApi {
         let started = Instant::now();
         convert::check_name("topic", &topic)?;
         let message = convert::scheduled_message(message, deliver_at, delay, &self.limits)?;
-        let published = self.broker.publish(&topic, vec![message]).await;
+        let batch = PublishBatch {
+            messages: vec![message],
+            dedupe_id: String::new(),
+        };
+        let published = self.broker.publish(&topic, batch).await;
         self.broker
             .metrics()
             .publish_duration("ScheduleDelayed", started.elapsed());

@@ -48,6 +48,11 @@ impl TopicKeys {
         format!("redq:{{{}}}:dedupe:{}", self.topic, dedupe_id)
     }
 
+    /// STRING of a publish request's dedupe id: the ids the request got.
+    pub fn request_dedupe(&self, dedupe_id: &str) -> String {
+        format!("redq:{{{}}}:dedupe-request:{}", self.topic, dedupe_id)
+    }
+
     /// HASH of a subscription's settings (`ack`, `bmin`, `bmax`, `max`, `dlq`)
     /// and its `acked` counter.
     pub fn subscription(&self, subscription: &str) -> String {
@@ -118,6 +123,7 @@ mod tests {
             keys.scheduled(),
             keys.scheduled_messages(),
             keys.dedupe("d"),
+            keys.request_dedupe("r"),
         ];
         all.extend(keys.lease_keys("billing"));
         for key in &all {

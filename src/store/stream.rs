@@ -53,6 +53,34 @@ pub struct Published {
     pub scheduled_in: Option<Duration>,
 }
 
+/// One publish request's messages, with the request's own idempotency key
+/// (empty for none): a retry of it within the dedupe window publishes
+/// nothing and answers the first one's ids.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PublishBatch {
+    pub dedupe_id: String,
+    pub messages: Vec<NewMessage>,
+}
+
+/// One `{id, duplicate, due ms}` of the publish script's reply; `now` is
+/// Redis' time when it ran.
+fn published_of(item: Value, now: i64) -> Result<Published> {
+    let mut parts = as_array(item)?.into_iter();
+    let (Some(id), Some(duplicate), Some(due)) = (parts.next(), parts.next(), parts.next()) else {
+        return Err(Error::Corrupt("short publish reply".into()));
+    };
+    let due = as_int(due)?;
+    let duplicate = as_int(duplicate)? == 1;
+    Ok(Published {
+        message_id: as_string(id)?,
+        duplicate,
+        due_ms: u64::try_from(due).ok().filter(|&d| d > 0),
+        // A duplicate was scheduled (and its wake-up set) by the original.
+        scheduled_in: (due > now && !duplicate)
+            .then(|| Duration::from_millis(u64::try_from(due - now).unwrap_or(0))),
+    })
+}
+
 /// A message read back from a stream.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Entry {
@@ -180,28 +208,37 @@ pub fn is_entry_id(id: &str) -> bool {
 }
 
 impl Store {
-    /// Publishes a batch in order, with one script: a short one for plain
-    /// messages, another for batches with scheduled or deduplicated messages.
+    /// Publishes requests in order, with one script: a short one for plain
+    /// messages, another when some are scheduled or deduplicated. Each
+    /// request gets its own result: a retry whose request `dedupe_id` was
+    /// used for a different number of messages fails alone.
     pub async fn publish(
         &self,
         keys: &TopicKeys,
-        messages: &[NewMessage],
+        requests: &[PublishBatch],
         dedupe_window: Duration,
-    ) -> Result<Vec<Published>> {
-        let plain = messages
-            .iter()
-            .all(|m| m.due == Due::Now && m.dedupe_id.is_empty());
-        if plain {
-            self.append(keys, messages).await
-        } else {
-            self.publish_scripted(keys, messages, dedupe_window).await
+    ) -> Result<Vec<Result<Vec<Published>>>> {
+        let plain = requests.iter().all(|request| {
+            request.dedupe_id.is_empty()
+                && request
+                    .messages
+                    .iter()
+                    .all(|m| m.due == Due::Now && m.dedupe_id.is_empty())
+        });
+        if !plain {
+            return self.publish_scripted(keys, requests, dedupe_window).await;
         }
+        let mut published = self.append(keys, requests).await?.into_iter();
+        Ok(requests
+            .iter()
+            .map(|request| Ok(published.by_ref().take(request.messages.len()).collect()))
+            .collect())
     }
 
-    async fn append(&self, keys: &TopicKeys, messages: &[NewMessage]) -> Result<Vec<Published>> {
+    async fn append(&self, keys: &TopicKeys, requests: &[PublishBatch]) -> Result<Vec<Published>> {
         let mut invocation = APPEND_MESSAGES.key(keys.stream());
         invocation.key(keys.settings());
-        for message in messages {
+        for message in requests.iter().flat_map(|r| &r.messages) {
             invocation
                 .arg(&message.ordering_key)
                 .arg(encode_message(message));
@@ -209,6 +246,10 @@ impl Store {
         let mut conn = self.shared();
         let ids: Vec<String> = invocation.invoke_async(&mut conn).await?;
         self.replicated(&mut conn, &keys.stream()).await?;
+        let expected: usize = requests.iter().map(|r| r.messages.len()).sum();
+        if ids.len() != expected {
+            return Err(Error::Corrupt("publish reply of the wrong length".into()));
+        }
         Ok(ids
             .into_iter()
             .map(|id| Published {
@@ -223,61 +264,102 @@ impl Store {
     async fn publish_scripted(
         &self,
         keys: &TopicKeys,
-        messages: &[NewMessage],
+        requests: &[PublishBatch],
         dedupe_window: Duration,
-    ) -> Result<Vec<Published>> {
+    ) -> Result<Vec<Result<Vec<Published>>>> {
         let mut invocation = PUBLISH_MESSAGES.key(keys.stream());
         invocation
             .key(keys.scheduled())
             .key(keys.scheduled_messages())
             .key(keys.settings())
             .arg(dedupe_window.as_millis() as u64);
-        let mut dedupe_keys = 0;
-        for message in messages {
-            let (kind, amount) = match message.due {
-                Due::Now => ("n", 0),
-                Due::At(ms) => ("a", ms),
-                Due::After(delay) => ("d", delay.as_millis() as u64),
-            };
-            let dedupe_index = if message.dedupe_id.is_empty() {
-                0
-            } else {
-                invocation.key(keys.dedupe(&message.dedupe_id));
-                dedupe_keys += 1;
-                4 + dedupe_keys
-            };
-            invocation
-                .arg(new_scheduled_id())
-                .arg(kind)
-                .arg(amount)
-                .arg(dedupe_index)
-                .arg(encode_message(message))
-                .arg(&message.ordering_key);
+        // Dedupe keys follow the four fixed ones; each record names its own.
+        let mut dedupe_keys = 4;
+        let mut next_dedupe_index = || {
+            dedupe_keys += 1;
+            dedupe_keys
+        };
+        for request in requests {
+            if !request.dedupe_id.is_empty() {
+                invocation.key(keys.request_dedupe(&request.dedupe_id));
+                invocation
+                    .arg("")
+                    .arg("r")
+                    .arg(request.messages.len())
+                    .arg(next_dedupe_index())
+                    .arg("")
+                    .arg("");
+            }
+            for message in &request.messages {
+                let (kind, amount) = match message.due {
+                    Due::Now => ("n", 0),
+                    Due::At(ms) => ("a", ms),
+                    Due::After(delay) => ("d", delay.as_millis() as u64),
+                };
+                let index = if message.dedupe_id.is_empty() {
+                    0
+                } else {
+                    invocation.key(keys.dedupe(&message.dedupe_id));
+                    next_dedupe_index()
+                };
+                invocation
+                    .arg(new_scheduled_id())
+                    .arg(kind)
+                    .arg(amount)
+                    .arg(index)
+                    .arg(encode_message(message))
+                    .arg(&message.ordering_key);
+            }
         }
         let mut conn = self.shared();
         let reply: Value = invocation.invoke_async(&mut conn).await?;
         self.replicated(&mut conn, &keys.stream()).await?;
         let mut reply = as_array(reply)?.into_iter();
         let now = as_int(reply.next().unwrap_or(Value::Nil))?;
-        as_array(reply.next().unwrap_or(Value::Nil))?
+        let mut published = as_array(reply.next().unwrap_or(Value::Nil))?
+            .into_iter()
+            .map(|item| published_of(item, now));
+        // Per request that reused a dedupe id with another message count: its
+        // number among the requests with a dedupe id (from 1) and the first
+        // one's count; it has no place in `published`.
+        let mut mismatches = as_array(reply.next().unwrap_or(Value::Nil))?
             .into_iter()
             .map(|item| {
-                let mut parts = as_array(item)?.into_iter();
-                let (Some(id), Some(duplicate), Some(due)) =
-                    (parts.next(), parts.next(), parts.next())
-                else {
+                let mut pair = as_array(item)?.into_iter();
+                let index = as_int(pair.next().unwrap_or(Value::Nil))?;
+                let first_count = as_int(pair.next().unwrap_or(Value::Nil))?;
+                Ok((index as usize, first_count))
+            })
+            .collect::<Result<Vec<(usize, i64)>>>()?
+            .into_iter()
+            .peekable();
+        let mut with_dedupe_id = 0;
+        requests
+            .iter()
+            .map(|request| {
+                if !request.dedupe_id.is_empty() {
+                    with_dedupe_id += 1;
+                }
+                let mismatch = mismatches.next_if(|(number, _)| {
+                    !request.dedupe_id.is_empty() && *number == with_dedupe_id
+                });
+                if let Some((_, first_count)) = mismatch {
+                    return Ok(Err(Error::invalid(
+                        "dedupe_id",
+                        format!(
+                            "was first used for a request of {first_count} messages, this one has {}",
+                            request.messages.len()
+                        ),
+                    )));
+                }
+                let mine: Vec<Published> = published
+                    .by_ref()
+                    .take(request.messages.len())
+                    .collect::<Result<_>>()?;
+                if mine.len() != request.messages.len() {
                     return Err(Error::Corrupt("short publish reply".into()));
-                };
-                let due = as_int(due)?;
-                let duplicate = as_int(duplicate)? == 1;
-                Ok(Published {
-                    message_id: as_string(id)?,
-                    duplicate,
-                    due_ms: u64::try_from(due).ok().filter(|&d| d > 0),
-                    // A duplicate was scheduled (and its wake-up set) by the original.
-                    scheduled_in: (due > now && !duplicate)
-                        .then(|| Duration::from_millis(u64::try_from(due - now).unwrap_or(0))),
-                })
+                }
+                Ok(Ok(mine))
             })
             .collect()
     }

@@ -605,6 +605,7 @@ pub async fn publish<P: Into<Bytes>>(
         .publish(pb::PublishRequest {
             topic: topic.to_string(),
             messages,
+            dedupe_id: String::new(),
         })
         .await
         .unwrap_or_else(|s| panic!("publish to {topic}: {s:?}"))

@@ -274,6 +274,7 @@ pub async fn publish_keyed(
             .publish(pb::PublishRequest {
                 topic: topic.to_string(),
                 messages: chunk.to_vec(),
+                dedupe_id: String::new(),
             })
             .await
             .expect("publish")

@@ -172,9 +172,7 @@ export class Writer {
 
 // PublishMessage fields of one queued publish (see publisher.js for the
 // record): payload, attributes, ordering_key, dedupe_id, deliver_at, delay.
-// An automatic dedupe id is `dedupePrefix` (bytes) followed by the record's
-// sequence number in base 36, written without concatenating strings.
-function writePublishMessage(w, m, dedupePrefix) {
+function writePublishMessage(w, m) {
   const mark = w.begin(3, m.payload.length + 40);
   w.bytesField(1, m.payload);
   const attrs = m.attributes;
@@ -187,17 +185,7 @@ function writePublishMessage(w, m, dedupePrefix) {
     }
   }
   if (m.orderingKey) w.stringField(3, m.orderingKey);
-  if (m.dedupeId !== null) {
-    w.stringField(4, m.dedupeId);
-  } else if (dedupePrefix !== null) {
-    const digits = m.seq.toString(36);
-    w.tag(4, WT_LEN);
-    w.varint(dedupePrefix.length + digits.length);
-    w.ensure(dedupePrefix.length + digits.length);
-    w.buf.set(dedupePrefix, w.pos);
-    w.pos += dedupePrefix.length;
-    w.pos += w.buf.write(digits, w.pos, 'latin1');
-  }
+  if (m.dedupeId !== null) w.stringField(4, m.dedupeId);
   if (m.deliverAt !== undefined) w.millisField(5, m.deliverAt);
   if (m.delay !== undefined) w.millisField(6, m.delay);
   w.end(mark);
@@ -205,13 +193,24 @@ function writePublishMessage(w, m, dedupePrefix) {
 
 /**
  * Encodes a PublishStreamRequest of `records` (publisher records, in order).
+ * With `dedupePrefix` (bytes), the request's dedupe_id is it followed by
+ * `dedupeSeq` in base 36, written without concatenating strings.
  * @returns {Buffer}
  */
-export function encodePublishStreamRequest(w, requestId, topic, records, dedupePrefix) {
+export function encodePublishStreamRequest(w, requestId, topic, records, dedupePrefix, dedupeSeq) {
   w.reset();
   w.uintField(1, requestId);
   w.stringField(2, topic);
-  for (let i = 0; i < records.length; i++) writePublishMessage(w, records[i], dedupePrefix);
+  for (let i = 0; i < records.length; i++) writePublishMessage(w, records[i]);
+  if (dedupePrefix !== null) {
+    const digits = dedupeSeq.toString(36);
+    w.tag(4, WT_LEN);
+    w.varint(dedupePrefix.length + digits.length);
+    w.ensure(dedupePrefix.length + digits.length);
+    w.buf.set(dedupePrefix, w.pos);
+    w.pos += dedupePrefix.length;
+    w.pos += w.buf.write(digits, w.pos, 'latin1');
+  }
   return w.finish();
 }
 

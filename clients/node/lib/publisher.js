@@ -8,10 +8,12 @@
 // synchronous run goes out together; while every slot is taken, messages
 // accumulate and leave in one request as soon as a response frees a slot.
 //
-// Every message gets a dedupe_id unless the caller gave one (a random prefix
-// per publisher and a counter), so that resending cannot publish twice: on
-// UNAVAILABLE answers (after a backoff) and when the stream breaks (it is
-// reopened and every unanswered request is sent again).
+// Every request gets a dedupe_id (a random prefix per publisher and a
+// counter), so that resending it cannot publish twice: on UNAVAILABLE answers
+// (after a backoff) and when the stream breaks (it is reopened and every
+// unanswered request is sent again, whole). One id per request, not per
+// message: the server keeps one key for the request instead of one per
+// message, which made batches of 1,000 three times slower.
 
 import grpc from '@grpc/grpc-js';
 import { clientOf, dedupePrefix } from './client.js';
@@ -23,16 +25,15 @@ const PUBLISH_STREAM = '/redq.v1.QueueService/PublishStream';
 const identity = (buf) => buf;
 
 // One publish() waiting for its id. A class, so that all records share one
-// shape; `seq` numbers the automatic dedupe id.
+// shape.
 class Record {
-  constructor(payload, options, seq) {
+  constructor(payload, options) {
     this.payload = payload;
     this.attributes = null;
     this.orderingKey = '';
     this.dedupeId = null;
     this.deliverAt = undefined;
     this.delay = undefined;
-    this.seq = seq;
     // Bytes it adds to a request, about: payload, dedupe id, tags.
     this.size = payload.length + 40;
     this.resolve = null;
@@ -81,12 +82,14 @@ class TopicQueue {
   }
 }
 
-// One request: sent, or waiting to be sent again.
+// One request: sent, or waiting to be sent again (whole, with the same
+// `dedupeSeq`, which numbers its automatic dedupe id).
 class Request {
-  constructor(topic, records) {
+  constructor(topic, records, dedupeSeq) {
     this.id = 0;
     this.topic = topic;
     this.records = records;
+    this.dedupeSeq = dedupeSeq;
     this.attempt = 1;
   }
 }
@@ -107,7 +110,7 @@ export class Publisher {
    * @param {number} [options.maxBatchMessages] messages per request (default 1000, the server's limit)
    * @param {number} [options.maxBatchBytes] bytes per request, about (default 3 MiB)
    * @param {number} [options.linger] ms a batch may wait to fill up (default 0)
-   * @param {boolean} [options.autoDedupe] give each message a dedupe_id (default true)
+   * @param {boolean} [options.autoDedupe] give each request a dedupe_id, so a resend cannot publish twice (default true)
    * @param {number} [options.maxRetries] resends of a request (default 10)
    * @param {number} [options.initialBackoff] ms (default 100), doubling up to
    * @param {number} [options.maxBackoff] ms (default 5000)
@@ -171,7 +174,7 @@ export class Publisher {
     try {
       if (this._closing) throw new RedqError(grpc.status.FAILED_PRECONDITION, 'the publisher is closed');
       if (typeof topic !== 'string') throw new TypeError('topic: must be a string');
-      record = new Record(toPayload(payload), options, this._seq++);
+      record = new Record(toPayload(payload), options);
     } catch (err) {
       return Promise.reject(err);
     }
@@ -304,12 +307,12 @@ export class Publisher {
       q.records = records.slice(q.head);
       q.head = 0;
     }
-    return new Request(q.topic, batch);
+    return new Request(q.topic, batch, this._seq++);
   }
 
   _send(req) {
     req.id = this._nextId++;
-    const buf = encodePublishStreamRequest(this._writer, req.id, req.topic, req.records, this._dedupePrefix);
+    const buf = encodePublishStreamRequest(this._writer, req.id, req.topic, req.records, this._dedupePrefix, req.dedupeSeq);
     this._inflight.set(req.id, req);
     this.stats.requests++;
     this._call.write(buf);

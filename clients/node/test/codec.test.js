@@ -23,7 +23,6 @@ const record = (fields) => ({
   attributes: null,
   orderingKey: '',
   dedupeId: null,
-  seq: 0,
   deliverAt: undefined,
   delay: undefined,
   ...fields,
@@ -33,7 +32,7 @@ test('PublishStreamRequest: every field, short and long values', () => {
   const w = new Writer(16); // tiny, so that it has to grow
   const long = 'é'.repeat(300); // 600 bytes: a two-byte length, measured
   const records = [
-    record({ payload: Buffer.from('hello'), seq: 35 }),
+    record({ payload: Buffer.from('hello') }),
     record({
       payload: Buffer.alloc(70_000, 7), // a three-byte length: the body moves
       attributes: { kind: 'created', long, n: 3 },
@@ -41,18 +40,19 @@ test('PublishStreamRequest: every field, short and long values', () => {
       dedupeId: 'order-42',
       deliverAt: Date.UTC(2030, 0, 2, 3, 4, 5, 678),
     }),
-    record({ payload: new Uint8Array([1, 2, 3]), delay: 1500, seq: 2 ** 40 }),
+    record({ payload: new Uint8Array([1, 2, 3]), delay: 1500 }),
     record({ delay: 0 }),
   ];
   const prefix = Buffer.from('pfx-');
-  const buf = encodePublishStreamRequest(w, 2 ** 33 + 5, 'orders', records, prefix);
+  const buf = encodePublishStreamRequest(w, 2 ** 33 + 5, 'orders', records, prefix, 2 ** 40);
   const decoded = publishStream.requestDeserialize(buf);
   assert.equal(decoded.requestId, 2 ** 33 + 5);
   assert.equal(decoded.topic, 'orders');
+  assert.equal(decoded.dedupeId, 'pfx-' + (2 ** 40).toString(36), 'the request dedupe id');
   assert.equal(decoded.messages.length, 4);
   const [a, b, c, d] = decoded.messages;
   assert.deepEqual(a.payload, Buffer.from('hello'));
-  assert.equal(a.dedupeId, 'pfx-' + (35).toString(36));
+  assert.equal(a.dedupeId, '', 'messages get no automatic dedupe id');
   assert.equal(a.deliverAt, null);
   assert.equal(a.delay, null);
   assert.deepEqual(b.payload, Buffer.alloc(70_000, 7));
@@ -61,13 +61,13 @@ test('PublishStreamRequest: every field, short and long values', () => {
   assert.equal(b.dedupeId, 'order-42');
   assert.deepEqual(b.deliverAt, { seconds: Date.UTC(2030, 0, 2, 3, 4, 5) / 1000, nanos: 678e6 });
   assert.deepEqual(c.payload, Buffer.from([1, 2, 3]));
-  assert.equal(c.dedupeId, 'pfx-' + (2 ** 40).toString(36));
+  assert.equal(c.dedupeId, '');
   assert.deepEqual(c.delay, { seconds: 1, nanos: 500e6 });
   assert.deepEqual(d.delay, { seconds: 0, nanos: 0 }, 'a zero delay is sent, not left unset');
 
   // Without the automatic prefix no dedupe_id is sent; the writer is reused.
-  const again = publishStream.requestDeserialize(encodePublishStreamRequest(w, 1, 't', [record({})], null));
-  assert.equal(again.dedupeId, undefined);
+  const again = publishStream.requestDeserialize(encodePublishStreamRequest(w, 1, 't', [record({})], null, 0));
+  assert.equal(again.dedupeId, '');
   assert.equal(again.messages[0].dedupeId, '');
 });
 

@@ -1,17 +1,23 @@
--- Publishes a batch in which some messages are scheduled or carry a dedupe id
--- (plain batches are a pipeline of XADD). Per message, in order: the dedupe
--- check and claim, then XADD now, or ZADD + HSET when it is due later. One
--- script, so a crash never leaves a dedupe claim without its message.
+-- Publishes requests in which some messages are scheduled or carry a dedupe
+-- id, or that carry a request dedupe id (plain ones go to append_messages).
+-- Per message, in order: the dedupe check and claim, then XADD now, or ZADD +
+-- HSET when it is due later. One script, so a crash never leaves a dedupe
+-- claim without its messages.
 --
 -- KEYS[1] stream, KEYS[2] scheduled ZSET, KEYS[3] scheduled HASH, KEYS[4] topic
 -- settings HASH (its `published` counter), KEYS[5..] dedupe keys
--- ARGV[1] dedupe window in ms, then per message six values: id to use if
---   scheduled, due kind ('n' now, 'a' at ms, 'd' after ms), amount, dedupe
---   key index in KEYS (0: none), the encoded message (the entry's `m` field),
---   its ordering key ('' for none; the entry's `k` field, kept in the
---   scheduled HASH as `<id>/k` until promotion)
--- Returns { now, { {id, duplicate (0/1), due ms (0 when unknown)}, ... } }; a
--- duplicate's due ms is the original's
+-- ARGV[1] dedupe window in ms, then records of six values. A message: id to
+--   use if scheduled, due kind ('n' now, 'a' at ms, 'd' after ms), amount,
+--   dedupe key index in KEYS (0: none), the encoded message (the entry's `m`
+--   field), its ordering key ('' for none; the entry's `k` field, kept in the
+--   scheduled HASH as `<id>/k` until promotion). A request's start, before
+--   its messages when it has a dedupe id: '', 'r', its message count, the
+--   index of its dedupe key, '', ''.
+-- Returns { now, { {id, duplicate (0/1), due ms (0 when unknown)}, ... },
+--   { {request number, first count}, ... } }. A duplicate's due ms is the
+--   original's. A request whose dedupe id was first used for another number
+--   of messages publishes nothing, has no place in the list of messages, and
+--   is named in the last list (requests with a dedupe id counted from 1).
 
 local stream, scheduled, messages, settings = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local window = ARGV[1]
@@ -32,38 +38,78 @@ local function original_of(claim)
   return id, tonumber(string.match(id, '^(%d+)%-%d+$')) or 0
 end
 
-for i = 2, #ARGV, 6 do
+-- What a dedupe key holds for one message: "<id>", or "<id> <due ms>" when
+-- it waits in the schedule.
+local function claim_of(id, due)
+  if due > now then return id .. ' ' .. due end
+  return id
+end
+
+-- The request being published under its dedupe id: its key, and where its
+-- messages start and end in `out`.
+local request_key, request_start, request_end
+local requests, mismatches = 0, {}
+
+local i = 2
+while i <= #ARGV do
   local scheduled_id, kind, amount = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
   local dedupe, message, key = tonumber(ARGV[i + 3]), ARGV[i + 4], ARGV[i + 5]
+  i = i + 6
 
-  local claim = dedupe > 0 and redis.call('GET', KEYS[dedupe])
-  if claim then
-    local original, due = original_of(claim)
-    out[#out + 1] = { original, 1, due }
-  else
-    local due = now
-    if kind == 'a' then due = amount elseif kind == 'd' then due = now + amount end
-    local id
-    if due > now then
-      id = scheduled_id
-      redis.call('ZADD', scheduled, due, id)
-      redis.call('HSET', messages, id, message)
-      if key ~= '' then redis.call('HSET', messages, id .. '/k', key) end
-    elseif key ~= '' then
-      id = redis.call('XADD', stream, '*', 'm', message, 'k', key)
-      due = now
+  if kind == 'r' then
+    requests = requests + 1
+    local claim = redis.call('GET', KEYS[dedupe])
+    if claim then
+      -- A retry: answer the first one's messages, publish nothing.
+      local originals = {}
+      for token in string.gmatch(claim, '[^,]+') do
+        local original, due = original_of(token)
+        originals[#originals + 1] = { original, 1, due }
+      end
+      if #originals == amount then
+        for _, original in ipairs(originals) do out[#out + 1] = original end
+      else
+        mismatches[#mismatches + 1] = { requests, #originals }
+      end
+      i = i + 6 * amount
     else
-      id = redis.call('XADD', stream, '*', 'm', message)
-      due = now
+      request_key, request_start, request_end = KEYS[dedupe], #out + 1, #out + amount
     end
-    if dedupe > 0 then
-      local claim = id
-      if due > now then claim = id .. ' ' .. due end
-      redis.call('SET', KEYS[dedupe], claim, 'PX', window)
+  else
+    local claim = dedupe > 0 and redis.call('GET', KEYS[dedupe])
+    if claim then
+      local original, due = original_of(claim)
+      out[#out + 1] = { original, 1, due }
+    else
+      local due = now
+      if kind == 'a' then due = amount elseif kind == 'd' then due = now + amount end
+      local id
+      if due > now then
+        id = scheduled_id
+        redis.call('ZADD', scheduled, due, id)
+        redis.call('HSET', messages, id, message)
+        if key ~= '' then redis.call('HSET', messages, id .. '/k', key) end
+      elseif key ~= '' then
+        id = redis.call('XADD', stream, '*', 'm', message, 'k', key)
+        due = now
+      else
+        id = redis.call('XADD', stream, '*', 'm', message)
+        due = now
+      end
+      if dedupe > 0 then redis.call('SET', KEYS[dedupe], claim_of(id, due), 'PX', window) end
+      out[#out + 1] = { id, 0, due }
+      published = published + 1
     end
-    out[#out + 1] = { id, 0, due }
-    published = published + 1
+    if request_key and #out == request_end then
+      -- The request's claim: every message's, in order, one key for all.
+      local claims = {}
+      for n = request_start, request_end do
+        claims[#claims + 1] = claim_of(out[n][1], out[n][3])
+      end
+      redis.call('SET', request_key, table.concat(claims, ','), 'PX', window)
+      request_key = nil
+    end
   end
 end
 if published > 0 then redis.call('HINCRBY', settings, 'published', published) end
-return { now, out }
+return { now, out, mismatches }

@@ -6,9 +6,10 @@ that was published in the meantime goes out as one request (per topic, bounded
 by max_batch_messages and max_batch_bytes). Up to max_in_flight requests are
 on the stream unanswered; while they all are, publishes accumulate and leave
 as soon as a response frees a slot. Requests answered UNAVAILABLE, and those
-unanswered when the stream breaks, are sent again after a backoff, with the
-same dedupe ids (a random one per message unless the caller gave one), so a
-retry cannot publish a message twice.
+unanswered when the stream breaks, are sent again whole after a backoff, with
+the same request dedupe id (a random prefix and a counter), so a retry cannot
+publish a message twice. One id per request, not per message: the server
+keeps one key per request instead of one per message.
 """
 
 import asyncio
@@ -114,8 +115,8 @@ class Publisher:
     max_in_flight: requests on the stream unanswered at once.
     retry_timeout: seconds after its first send that a request stops being
         retried; its messages then fail with the last error.
-    auto_dedupe: give each message without a dedupe_id a random one, so that
-        retries cannot duplicate it.
+    auto_dedupe: give each request a dedupe_id, so that retries cannot
+        duplicate its messages.
     token: sent as `authorization: Bearer <token>` on the stream.
     tls: True (system roots), a root CA (PEM bytes or path) or a
         grpc.ChannelCredentials; default plaintext. tls_cert, tls_key: a client
@@ -206,20 +207,19 @@ class Publisher:
             future.set_result([])
             return []
         batch = _Batch(future, len(payloads))
-        if attributes or ordering_key or delay is not None or deliver_at is not None or not self._auto_dedupe:
+        if attributes or ordering_key or delay is not None or deliver_at is not None:
             entry = self._entry
             return [entry(p, attributes, ordering_key, None, delay, deliver_at, batch, i)
                     for i, p in enumerate(payloads)]
-        # The common case, unrolled: payload and an automatic dedupe id only.
+        # The common case, unrolled: a payload only.
         if self._closed:
             raise RuntimeError("redq: the publisher is closed")
-        prefix, seq, epoch, as_payload = self._dedupe_prefix, self._dedupe_seq, self._epoch, _common.as_payload
+        epoch, as_payload = self._epoch, _common.as_payload
         entries = []
         for i, payload in enumerate(payloads):
             if payload.__class__ is not bytes or not payload:
                 payload = as_payload(payload)
-            dedupe_id = f"{prefix}{next(seq):x}"
-            entries.append((payload, dedupe_id, None, batch, i, epoch, len(payload) + len(dedupe_id) + _OVERHEAD))
+            entries.append((payload, "", None, batch, i, epoch, len(payload) + _OVERHEAD))
         return entries
 
     def _entry(self, payload, attributes, ordering_key, dedupe_id, delay, deliver_at, sink, index):
@@ -229,7 +229,7 @@ class Publisher:
         if payload.__class__ is not bytes or not payload:
             payload = _common.as_payload(payload)
         if dedupe_id is None:
-            dedupe_id = f"{self._dedupe_prefix}{next(self._dedupe_seq):x}" if self._auto_dedupe else ""
+            dedupe_id = ""
         size = len(payload) + len(dedupe_id) + _OVERHEAD
         extra = None
         if attributes or ordering_key or delay is not None or deliver_at is not None:
@@ -420,6 +420,8 @@ class Publisher:
                     self._arm_linger(self._linger - waited)
                     continue
             proto = pb.PublishStreamRequest(topic=topic)
+            if self._auto_dedupe:
+                proto.dedupe_id = f"{self._dedupe_prefix}{next(self._dedupe_seq):x}"
             add = proto.messages.add
             max_messages, max_bytes = self._max_messages, self._max_bytes
             n = size = 0
@@ -428,7 +430,10 @@ class Publisher:
                     break
                 extra = entry[_EXTRA]
                 if extra is None:
-                    add(payload=entry[_PAYLOAD], dedupe_id=entry[_DEDUPE])
+                    if entry[_DEDUPE]:
+                        add(payload=entry[_PAYLOAD], dedupe_id=entry[_DEDUPE])
+                    else:
+                        add(payload=entry[_PAYLOAD])
                 else:
                     add(payload=entry[_PAYLOAD], dedupe_id=entry[_DEDUPE], **extra)
                 size += entry[_SIZE]
