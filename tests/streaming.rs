@@ -160,7 +160,10 @@ async fn publish_stream_retries_of_a_request_dedupe_id_publish_nothing_again() {
     stream
         .send_deduped(4, "orders", "req-2", vec![message("c")])
         .await;
-    let answers = stream.answers(4).await;
+    stream
+        .send_deduped(5, "orders", "req-2", vec![message("c")])
+        .await;
+    let answers = stream.answers(5).await;
 
     let first = &answers[&1];
     assert!(first.status.is_none(), "{first:?}");
@@ -180,6 +183,9 @@ async fn publish_stream_retries_of_a_request_dedupe_id_publish_nothing_again() {
         "{other_size:?}"
     );
     assert_eq!(answers[&4].duplicates, [false]);
+    assert_eq!(answers[&5].duplicates, [true]);
+    assert_eq!(answers[&5].message_ids, answers[&4].message_ids);
+    assert_eq!(answers[&5].deliver_at, answers[&4].deliver_at);
 
     // Each message once: a, b, c (the scheduled one is not due).
     let got = expect_messages(&mut subscriber, 3).await;

@@ -71,14 +71,49 @@ fn published_of(item: Value, now: i64) -> Result<Published> {
     };
     let due = as_int(due)?;
     let duplicate = as_int(duplicate)? == 1;
+    let id = as_string(id)?;
     Ok(Published {
-        message_id: as_string(id)?,
         duplicate,
         due_ms: u64::try_from(due).ok().filter(|&d| d > 0),
         // A duplicate was scheduled (and its wake-up set) by the original.
-        scheduled_in: (due > now && !duplicate)
+        scheduled_in: (due > now && !duplicate && is_scheduled_id(&id))
             .then(|| Duration::from_millis(u64::try_from(due - now).unwrap_or(0))),
+        message_id: id,
     })
+}
+
+/// A request's answer when its dedupe id was taken: the first request's
+/// messages, from its `claim` ("<id>[ <due ms>]" per message, joined by ','),
+/// each a duplicate.
+fn duplicates_of(claim: &str, count: usize) -> Result<Vec<Published>> {
+    let published: Vec<Published> = claim
+        .split(',')
+        .map(|token| {
+            let (id, due_ms) = match token.split_once(' ') {
+                Some((id, due)) => (id, due.parse().ok()),
+                None => (token, entry_time_ms(token)),
+            };
+            Published {
+                message_id: id.to_owned(),
+                duplicate: true,
+                due_ms,
+                scheduled_in: None,
+            }
+        })
+        .collect();
+    if published.len() != count {
+        return Err(dedupe_id_reused(published.len(), count));
+    }
+    Ok(published)
+}
+
+/// A request whose dedupe id was first used for another number of messages:
+/// not a retry of that one, so it is refused.
+fn dedupe_id_reused(first_count: usize, count: usize) -> Error {
+    Error::invalid(
+        "dedupe_id",
+        format!("was first used for a request of {first_count} messages, this one has {count}"),
+    )
 }
 
 /// A message read back from a stream.
@@ -218,47 +253,76 @@ impl Store {
         requests: &[PublishBatch],
         dedupe_window: Duration,
     ) -> Result<Vec<Result<Vec<Published>>>> {
-        let plain = requests.iter().all(|request| {
-            request.dedupe_id.is_empty()
-                && request
-                    .messages
-                    .iter()
-                    .all(|m| m.due == Due::Now && m.dedupe_id.is_empty())
-        });
-        if !plain {
-            return self.publish_scripted(keys, requests, dedupe_window).await;
-        }
-        let mut published = self.append(keys, requests).await?.into_iter();
-        Ok(requests
+        let plain = requests
             .iter()
-            .map(|request| Ok(published.by_ref().take(request.messages.len()).collect()))
-            .collect())
+            .flat_map(|request| &request.messages)
+            .all(|m| m.due == Due::Now && m.dedupe_id.is_empty());
+        if plain {
+            self.append(keys, requests, dedupe_window).await
+        } else {
+            self.publish_scripted(keys, requests, dedupe_window).await
+        }
     }
 
-    async fn append(&self, keys: &TopicKeys, requests: &[PublishBatch]) -> Result<Vec<Published>> {
+    async fn append(
+        &self,
+        keys: &TopicKeys,
+        requests: &[PublishBatch],
+        dedupe_window: Duration,
+    ) -> Result<Vec<Result<Vec<Published>>>> {
         let mut invocation = APPEND_MESSAGES.key(keys.stream());
-        invocation.key(keys.settings());
-        for message in requests.iter().flat_map(|r| &r.messages) {
-            invocation
-                .arg(&message.ordering_key)
-                .arg(encode_message(message));
+        invocation
+            .key(keys.settings())
+            .arg(dedupe_window.as_millis() as u64);
+        let mut dedupe_keys = 2;
+        for request in requests {
+            let index = if request.dedupe_id.is_empty() {
+                0
+            } else {
+                invocation.key(keys.request_dedupe(&request.dedupe_id));
+                dedupe_keys += 1;
+                dedupe_keys
+            };
+            invocation.arg(request.messages.len()).arg(index);
+            for message in &request.messages {
+                invocation
+                    .arg(&message.ordering_key)
+                    .arg(encode_message(message));
+            }
         }
         let mut conn = self.shared();
-        let ids: Vec<String> = invocation.invoke_async(&mut conn).await?;
+        let replies: Vec<Value> = invocation.invoke_async(&mut conn).await?;
         self.replicated(&mut conn, &keys.stream()).await?;
-        let expected: usize = requests.iter().map(|r| r.messages.len()).sum();
-        if ids.len() != expected {
+        if replies.len() != requests.len() {
             return Err(Error::Corrupt("publish reply of the wrong length".into()));
         }
-        Ok(ids
+        replies
             .into_iter()
-            .map(|id| Published {
-                due_ms: entry_time_ms(&id),
-                message_id: id,
-                duplicate: false,
-                scheduled_in: None,
+            .zip(requests)
+            .map(|(reply, request)| {
+                let mut reply = as_array(reply)?.into_iter();
+                let duplicate = as_int(reply.next().unwrap_or(Value::Nil))? == 1;
+                if duplicate {
+                    let claim = as_string(reply.next().unwrap_or(Value::Nil))?;
+                    return Ok(duplicates_of(&claim, request.messages.len()));
+                }
+                let published: Vec<Published> = reply
+                    .map(|id| {
+                        let id = as_string(id)?;
+                        Ok(Published {
+                            due_ms: entry_time_ms(&id),
+                            message_id: id,
+                            duplicate: false,
+                            scheduled_in: None,
+                        })
+                    })
+                    .collect::<Result<_>>()?;
+                if published.len() != request.messages.len() {
+                    return Err(Error::Corrupt("short publish reply".into()));
+                }
+                Ok(Ok(published))
             })
-            .collect())
+            .collect()
     }
 
     async fn publish_scripted(
@@ -344,12 +408,9 @@ impl Store {
                     !request.dedupe_id.is_empty() && *number == with_dedupe_id
                 });
                 if let Some((_, first_count)) = mismatch {
-                    return Ok(Err(Error::invalid(
-                        "dedupe_id",
-                        format!(
-                            "was first used for a request of {first_count} messages, this one has {}",
-                            request.messages.len()
-                        ),
+                    return Ok(Err(dedupe_id_reused(
+                        first_count as usize,
+                        request.messages.len(),
                     )));
                 }
                 let mine: Vec<Published> = published

@@ -1,20 +1,45 @@
--- Appends messages that are neither scheduled nor deduplicated, in order,
--- and counts them. One script, not a pipeline: a Redis Cluster client re-sends
--- a pipeline whole when it meets ASK during a slot migration, which would
--- append its first entries twice.
+-- Appends requests of messages that are neither scheduled nor deduplicated
+-- one by one, in order, and counts them; a request may carry its own dedupe
+-- id. One script, not a pipeline: a Redis Cluster client re-sends a pipeline
+-- whole when it meets ASK during a slot migration, which would append its
+-- first entries twice.
 --
--- KEYS[1] stream, KEYS[2] topic settings HASH (its `published` counter)
--- ARGV pairs: the ordering key ('' for none; the entry's `k` field) and the
--- encoded message (its `m` field)
--- Returns the entry ids, in order.
+-- KEYS[1] stream, KEYS[2] topic settings HASH (its `published` counter),
+-- KEYS[3..] the requests' dedupe keys
+-- ARGV[1] dedupe window in ms, then per request: its message count, the
+-- index of its dedupe key in KEYS (0: none), then per message the ordering
+-- key ('' for none; the entry's `k` field) and the encoded message (its `m`
+-- field)
+-- Returns per request { 0, id, … } when appended, or { 1, claim } when its
+-- dedupe key was taken: the first request's claim, as publish_messages.lua
+-- writes it ("<id>[ <due ms>]" per message, joined by ',').
 
-local ids = {}
-for i = 1, #ARGV, 2 do
-  if ARGV[i] == '' then
-    ids[#ids + 1] = redis.call('XADD', KEYS[1], '*', 'm', ARGV[i + 1])
+local stream, window = KEYS[1], ARGV[1]
+local replies = {}
+local appended = 0
+local i = 2
+while i <= #ARGV do
+  local count, dedupe = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
+  i = i + 2
+  local claim = dedupe > 0 and redis.call('GET', KEYS[dedupe])
+  if claim then
+    replies[#replies + 1] = { 1, claim }
   else
-    ids[#ids + 1] = redis.call('XADD', KEYS[1], '*', 'm', ARGV[i + 1], 'k', ARGV[i])
+    local reply = { 0 }
+    for j = i, i + 2 * count - 1, 2 do
+      if ARGV[j] == '' then
+        reply[#reply + 1] = redis.call('XADD', stream, '*', 'm', ARGV[j + 1])
+      else
+        reply[#reply + 1] = redis.call('XADD', stream, '*', 'm', ARGV[j + 1], 'k', ARGV[j])
+      end
+    end
+    if dedupe > 0 then
+      redis.call('SET', KEYS[dedupe], table.concat(reply, ',', 2), 'PX', window)
+    end
+    appended = appended + count
+    replies[#replies + 1] = reply
   end
+  i = i + 2 * count
 end
-redis.call('HINCRBY', KEYS[2], 'published', #ids)
-return ids
+redis.call('HINCRBY', KEYS[2], 'published', appended)
+return replies

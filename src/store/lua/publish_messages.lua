@@ -25,6 +25,12 @@ local now = now_ms()
 local out = {}
 local published = 0
 
+-- The time in a stream entry id: when it was appended (Redis' clock may have
+-- moved on since `now`).
+local function entry_ms(id)
+  return tonumber(string.match(id, '^(%d+)%-%d+$')) or 0
+end
+
 -- A dedupe key holds the original's id, and for a scheduled message also its
 -- due time as published: "<id> <due ms>". The due time of a duplicate is the
 -- original's: its current one while it is scheduled (rescheduling moves it),
@@ -35,13 +41,13 @@ local function original_of(claim)
   local current = redis.call('ZSCORE', scheduled, id)
   if current then return id, tonumber(current) end
   if due then return id, tonumber(due) end
-  return id, tonumber(string.match(id, '^(%d+)%-%d+$')) or 0
+  return id, entry_ms(id)
 end
 
 -- What a dedupe key holds for one message: "<id>", or "<id> <due ms>" when
--- it waits in the schedule.
+-- it is a scheduled message (its id tells no time).
 local function claim_of(id, due)
-  if due > now then return id .. ' ' .. due end
+  if due ~= entry_ms(id) then return id .. ' ' .. due end
   return id
 end
 
@@ -91,10 +97,10 @@ while i <= #ARGV do
         if key ~= '' then redis.call('HSET', messages, id .. '/k', key) end
       elseif key ~= '' then
         id = redis.call('XADD', stream, '*', 'm', message, 'k', key)
-        due = now
+        due = entry_ms(id)
       else
         id = redis.call('XADD', stream, '*', 'm', message)
-        due = now
+        due = entry_ms(id)
       end
       if dedupe > 0 then redis.call('SET', KEYS[dedupe], claim_of(id, due), 'PX', window) end
       out[#out + 1] = { id, 0, due }
