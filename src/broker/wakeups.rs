@@ -332,6 +332,8 @@ async fn follow_stream(
     *retry = RETRY_MIN;
     // Entries may have arrived while this watcher was (re)connecting.
     give_turns(subscriptions);
+    // Reads in a row that found the watcher behind.
+    let mut behind = 0;
     loop {
         let new = store.wait_for_entries_after(&mut conn, keys, &last).await?;
         let Some(newest_read) = new.last() else {
@@ -339,12 +341,16 @@ async fn follow_stream(
         };
         // Turns first, so that a delivery never waits for the skip below.
         give_turns(subscriptions);
-        last = if new.len() < NEW_ENTRIES_READ {
+        behind = if new.len() < NEW_ENTRIES_READ { 0 } else { behind + 1 };
+        last = if behind < 2 {
+            // Once behind is common at a steady rate (two entries came while
+            // this watcher was away): reading on costs no more than a skip.
             newest_read.clone()
         } else {
-            // Behind: skip to the newest entry, as the streams fetch in
-            // batches anyway. Entries that came after the turns were given
-            // may have missed the fetches those turns started.
+            // Behind again (a burst): skip to the newest entry, as the
+            // streams fetch in batches anyway. Entries that came after the
+            // turns were given may have missed the fetches those turns started.
+            behind = 0;
             let newest = store.last_entry_id(&mut conn, keys).await?;
             if &newest != newest_read {
                 give_turns(subscriptions);
