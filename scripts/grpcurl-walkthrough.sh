@@ -2,7 +2,8 @@
 # The README's grpcurl walkthrough, run against a live server and checked step
 # by step: list, describe, health, Publish, ScheduleDelayed (+ CancelScheduled),
 # Subscribe, Ack, the admin stats (AdminService GetTopic, GetSubscription),
-# PublishStream and StreamingSubscribe, and an ordered subscription.
+# PublishStream and StreamingSubscribe, an ordered subscription, and a retried
+# request with its dedupe_id.
 # Any unexpected answer stops the script with a message and a non-zero exit.
 #
 #   REDQ_ADDR=localhost:50051 scripts/grpcurl-walkthrough.sh
@@ -271,11 +272,22 @@ call "GetSubscription (ordered)" -d '{"topic":"'"$OTOPIC"'","name":"invoices"}' 
   "$ADDR" redq.v1.AdminService/GetSubscription
 expect '"messageOrdering": true' '"activeKeys": "1"' '"blocked": "1"'
 
+# Idempotent publish (README "Idempotent publish"): a retried request with its
+# dedupe_id is answered with the first call's ids, all duplicates.
+DTOPIC="$TOPIC-dedupe"
+DEDUPE_REQUEST='{"topic":"'"$DTOPIC"'","dedupe_id":"batch-7","messages":[{"payload":"YQ=="},{"payload":"Yg=="}]}'
+call "Publish (request dedupe_id)" -d "$DEDUPE_REQUEST" "$ADDR" redq.v1.QueueService/Publish
+FIRST_IDS=$(jget '.messageIds[]' <<<"$OUT" | tr '\n' ' ')
+call "Publish (the same request, retried)" -d "$DEDUPE_REQUEST" "$ADDR" redq.v1.QueueService/Publish
+equal "ids of the retry" "$(jget '.messageIds[]' <<<"$OUT" | tr '\n' ' ')" "$FIRST_IDS"
+equal "duplicates of the retry" "$(jget '.duplicates[]' <<<"$OUT" | tr '\n' ' ')" "true true "
+
 if [ "${REDQ_KEEP_TOPIC:-0}" != 1 ]; then
   call "DeleteTopic (clean up)" -d '{"name":"'"$TOPIC"'"}' "$ADDR" redq.v1.AdminService/DeleteTopic
   call "DeleteTopic (clean up)" -d '{"name":"'"$OTOPIC"'"}' "$ADDR" redq.v1.AdminService/DeleteTopic
+  call "DeleteTopic (clean up)" -d '{"name":"'"$DTOPIC"'"}' "$ADDR" redq.v1.AdminService/DeleteTopic
 fi
 
 STEP=""
 echo
-echo "walkthrough: OK (list, describe, health, publish, schedule, cancel, subscribe, ack, admin stats, publish stream, streaming subscribe, ordering)"
+echo "walkthrough: OK (list, describe, health, publish, schedule, cancel, subscribe, ack, admin stats, publish stream, streaming subscribe, ordering, idempotent publish)"

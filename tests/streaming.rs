@@ -128,11 +128,7 @@ async fn publish_stream_answers_each_request_and_a_bad_one_fails_alone() {
 
     // What was published is delivered: a, b, c (the scheduled one is not due).
     let got = expect_messages(&mut subscriber, 3).await;
-    let payloads: Vec<_> = got
-        .iter()
-        .map(|m| m.message.as_ref().unwrap().payload.clone())
-        .collect();
-    assert_eq!(payloads, ["a", "b", "c"]);
+    assert_eq!(payloads_of(&got), ["a", "b", "c"]);
 }
 
 /// A client resending a whole request (its answer was lost) with the
@@ -189,11 +185,7 @@ async fn publish_stream_retries_of_a_request_dedupe_id_publish_nothing_again() {
 
     // Each message once: a, b, c (the scheduled one is not due).
     let got = expect_messages(&mut subscriber, 3).await;
-    let payloads: Vec<_> = got
-        .iter()
-        .map(|m| m.message.as_ref().unwrap().payload.clone())
-        .collect();
-    assert_eq!(payloads, ["a", "b", "c"]);
+    assert_eq!(payloads_of(&got), ["a", "b", "c"]);
     assert_no_message_within(&mut subscriber, Duration::from_millis(500)).await;
 }
 
@@ -533,4 +525,11 @@ async fn a_stream_closed_right_after_its_acks_leaves_nothing_stuck() {
             "round {round}"
         );
     }
+}
+
+fn payloads_of(messages: &[pb::ReceivedMessage]) -> Vec<bytes::Bytes> {
+    messages
+        .iter()
+        .map(|m| m.message.as_ref().expect("a message").payload.clone())
+        .collect()
 }

@@ -341,7 +341,11 @@ async fn follow_stream(
         };
         // Turns first, so that a delivery never waits for the skip below.
         give_turns(subscriptions);
-        behind = if new.len() < NEW_ENTRIES_READ { 0 } else { behind + 1 };
+        behind = if new.len() < NEW_ENTRIES_READ {
+            0
+        } else {
+            behind + 1
+        };
         last = if behind < 2 {
             // Once behind is common at a steady rate (two entries came while
             // this watcher was away): reading on costs no more than a skip.
