@@ -94,10 +94,15 @@ fn validate(kind: usize, body: &[u8]) -> Result<(), Error> {
     let limits = &*LIMITS;
     match KINDS[kind] {
         "PublishRequest" => {
-            let Some(pb::PublishRequest { topic, messages }) = decode(body) else {
+            let Some(pb::PublishRequest {
+                topic,
+                messages,
+                dedupe_id,
+            }) = decode(body)
+            else {
                 return Ok(());
             };
-            publish(&topic, messages, limits)
+            publish(&topic, messages, dedupe_id, limits)
         }
         "ScheduleDelayedRequest" => {
             let Some(pb::ScheduleDelayedRequest {
@@ -193,11 +198,12 @@ fn validate(kind: usize, body: &[u8]) -> Result<(), Error> {
                 request_id: _,
                 topic,
                 messages,
+                dedupe_id,
             }) = decode(body)
             else {
                 return Ok(());
             };
-            publish(&topic, messages, limits)
+            publish(&topic, messages, dedupe_id, limits)
         }
         "StreamingSubscribeRequest" => {
             let Some(request) = decode::<pb::StreamingSubscribeRequest>(body) else {
@@ -360,19 +366,25 @@ fn validate(kind: usize, body: &[u8]) -> Result<(), Error> {
 }
 
 /// Publish and each PublishStream request.
-fn publish(topic: &str, messages: Vec<pb::PublishMessage>, limits: &Limits) -> Result<(), Error> {
+fn publish(
+    topic: &str,
+    messages: Vec<pb::PublishMessage>,
+    dedupe_id: String,
+    limits: &Limits,
+) -> Result<(), Error> {
     convert::check_name("topic", topic)?;
     let count = messages.len();
-    let messages = convert::publish_messages(messages, limits)?;
-    assert_eq!(messages.len(), count);
+    let batch = convert::publish_batch(messages, dedupe_id, limits)?;
+    assert_eq!(batch.messages.len(), count);
     assert!(count <= limits.max_batch_size as usize);
-    for message in &messages {
+    assert!(batch.dedupe_id.len() <= convert::MAX_DEDUPE_ID_BYTES);
+    for message in &batch.messages {
         check_new_message(message, limits);
     }
     Ok(())
 }
 
-/// What publish_messages and scheduled_message promise of a message they accept.
+/// What publish_batch and scheduled_message promise of a message they accept.
 fn check_new_message(message: &redq::store::stream::NewMessage, limits: &Limits) {
     assert!(!message.payload.is_empty());
     assert!(message.payload.len() <= limits.max_payload_bytes as usize);
@@ -382,7 +394,7 @@ fn check_new_message(message: &redq::store::stream::NewMessage, limits: &Limits)
         assert!(key.len() + value.len() <= limits.max_attribute_bytes as usize);
     }
     assert!(message.ordering_key.len() <= limits.max_attribute_bytes as usize);
-    assert!(message.dedupe_id.len() <= 256);
+    assert!(message.dedupe_id.len() <= convert::MAX_DEDUPE_ID_BYTES);
     check_due(message.due, limits);
 }
 

@@ -18,7 +18,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// Longest topic, subscription or consumer name.
 const MAX_NAME_LEN: usize = 200;
 /// Longest dedupe id, in bytes.
-const MAX_DEDUPE_ID_BYTES: usize = 256;
+pub const MAX_DEDUPE_ID_BYTES: usize = 256;
 /// Dead letters per page when the request does not say, and at most.
 const DEFAULT_PAGE_SIZE: u32 = 100;
 const MAX_PAGE_SIZE: u32 = 1000;
