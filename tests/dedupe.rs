@@ -268,3 +268,60 @@ async fn a_retried_request_with_its_dedupe_id_is_published_once() {
     assert_eq!(ids_of(&got), first.message_ids);
     assert_no_message_within(&mut stream, Duration::from_secs(1)).await;
 }
+
+/// A request of 1,000 plain messages keeps its claim in a few bytes (its ids
+/// are runs of one millisecond each), and a retry still answers each of the
+/// 1,000 ids: through the append script, and through the other publish
+/// script (the retry now has a scheduled message).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_big_request_keeps_a_small_claim_that_answers_every_id() {
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis.url(), &[]).await;
+    let mut client = server.client().await;
+    let request = |messages| pb::PublishRequest {
+        topic: "big".into(),
+        messages,
+        dedupe_id: "big-1".into(),
+    };
+    let plain: Vec<_> = (0..1000).map(|i| message(format!("m{i}"))).collect();
+    let first = client
+        .publish(request(plain.clone()))
+        .await
+        .expect("publish")
+        .into_inner();
+    assert!(first.duplicates.iter().all(|d| !d));
+
+    let retried = client
+        .publish(request(plain.clone()))
+        .await
+        .expect("retry")
+        .into_inner();
+    assert_eq!(retried.message_ids, first.message_ids);
+    assert!(retried.duplicates.iter().all(|d| *d));
+    assert_eq!(retried.deliver_at, first.deliver_at);
+
+    let mut mixed = plain;
+    mixed[0] = scheduled_message("m0", Due::in_ms(60_000));
+    let retried = client
+        .publish(request(mixed))
+        .await
+        .expect("retry through the other script")
+        .into_inner();
+    assert_eq!(retried.message_ids, first.message_ids);
+    assert!(retried.duplicates.iter().all(|d| *d));
+    assert_eq!(retried.deliver_at, first.deliver_at);
+
+    let redis_client = redis::Client::open(redis.url()).expect("redis url");
+    let mut conn = redis_client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("redis connection");
+    let claim: String = redis::cmd("GET")
+        .arg("redq:{big}:dedupe-request:big-1")
+        .query_async(&mut conn)
+        .await
+        .expect("the claim");
+    println!("claim of 1,000 ids: {} bytes: {claim}", claim.len());
+    // Written id by id it would take about 16,000 bytes.
+    assert!(claim.len() < 500, "{claim}");
+}

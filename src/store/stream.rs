@@ -83,26 +83,39 @@ fn published_of(item: Value, now: i64) -> Result<Published> {
 }
 
 /// A request's answer when its dedupe id was taken: the first request's
-/// messages, from its `claim` ("<id>[ <due ms>]" per message, joined by ','),
-/// each a duplicate.
+/// messages, from its `claim` ("<id>[ <due ms>]" per message, joined by ',';
+/// "<ms>-<seq>+<n>" stands for that id and the `n` after it), each a duplicate.
 fn duplicates_of(claim: &str, count: usize) -> Result<Vec<Published>> {
-    let published: Vec<Published> = claim
+    let claimed: usize = claim
         .split(',')
-        .map(|token| {
-            let (id, due_ms) = match token.split_once(' ') {
-                Some((id, due)) => (id, due.parse().ok()),
-                None => (token, entry_time_ms(token)),
-            };
-            Published {
-                message_id: id.to_owned(),
-                duplicate: true,
-                due_ms,
-                scheduled_in: None,
-            }
+        .map(|token| match token.split_once('+') {
+            Some((_, more)) => more.parse::<usize>().map_or(1, |n| n.saturating_add(1)),
+            None => 1,
         })
-        .collect();
-    if published.len() != count {
-        return Err(dedupe_id_reused(published.len(), count));
+        .fold(0, usize::saturating_add);
+    if claimed != count {
+        return Err(dedupe_id_reused(claimed, count));
+    }
+    let mut published = Vec::with_capacity(count);
+    for token in claim.split(',') {
+        let duplicate = |message_id: String, due_ms| Published {
+            message_id,
+            duplicate: true,
+            due_ms,
+            scheduled_in: None,
+        };
+        if let Some((id, due)) = token.split_once(' ') {
+            published.push(duplicate(id.to_owned(), due.parse().ok()));
+        } else if let Some((first, more)) = token.split_once('+') {
+            let (Some((ms, seq)), Ok(more)) = (parse_entry_id(first), more.parse::<usize>()) else {
+                return Err(Error::Corrupt(format!("dedupe claim token {token:?}")));
+            };
+            for n in 0..=more {
+                published.push(duplicate(format!("{ms}-{}", seq + n as u64), Some(ms)));
+            }
+        } else {
+            published.push(duplicate(token.to_owned(), entry_time_ms(token)));
+        }
     }
     Ok(published)
 }

@@ -66,16 +66,26 @@ while i <= #ARGV do
     requests = requests + 1
     local claim = redis.call('GET', KEYS[dedupe])
     if claim then
-      -- A retry: answer the first one's messages, publish nothing.
-      local originals = {}
+      -- A retry: answer the first one's messages, publish nothing. A token
+      -- "<ms>-<seq>+<n>" is a run of appended ids (append_messages.lua).
+      local first_count = 0
       for token in string.gmatch(claim, '[^,]+') do
-        local original, due = original_of(token)
-        originals[#originals + 1] = { original, 1, due }
+        first_count = first_count + 1 + (tonumber(string.match(token, '%+(%d+)$')) or 0)
       end
-      if #originals == amount then
-        for _, original in ipairs(originals) do out[#out + 1] = original end
+      if first_count == amount then
+        for token in string.gmatch(claim, '[^,]+') do
+          local ms, seq, more = string.match(token, '^(%d+)%-(%d+)%+(%d+)$')
+          if ms then
+            for n = 0, tonumber(more) do
+              out[#out + 1] = { ms .. '-' .. (tonumber(seq) + n), 1, tonumber(ms) }
+            end
+          else
+            local original, due = original_of(token)
+            out[#out + 1] = { original, 1, due }
+          end
+        end
       else
-        mismatches[#mismatches + 1] = { requests, #originals }
+        mismatches[#mismatches + 1] = { requests, first_count }
       end
       i = i + 6 * amount
     else
