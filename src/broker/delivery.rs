@@ -4,11 +4,12 @@
 use super::Broker;
 use super::ack_id;
 use super::budget::{Reservation, StreamBudget};
-use super::wakeups::RECHECK;
+use super::handoff::{FetchRequest, Offer};
+use super::wakeups::{RECHECK, TopicWatch};
 use crate::error::{Error, Result};
 use crate::metrics::SubscriptionMetrics;
 use crate::store::TopicKeys;
-use crate::store::leases::{ConsumerSpec, Lease, RetryPolicy};
+use crate::store::leases::{ConsumerSpec, Fetched, Lease, RetryPolicy};
 use crate::store::stream::{Entry, GroupStart};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -163,9 +164,9 @@ impl DeliveryLoop {
         let budget = &control.budget;
         let stop = &control.stop;
         let mut spec = ConsumerSpec {
-            keys: &keys,
-            group: &self.options.subscription,
-            consumer: &self.consumer,
+            keys: keys.clone(),
+            group: self.options.subscription.clone(),
+            consumer: self.consumer.clone(),
             max_outstanding: self.options.max_outstanding,
             // A message promoted ahead of its due time is held here until
             // then; its lease must not run while it waits.
@@ -183,6 +184,10 @@ impl DeliveryLoop {
         // When this stream's batches' leases end, oldest first: a full stream
         // waits for its own leases, not for the subscription's turns.
         let mut lease_ends: VecDeque<Instant> = VecDeque::new();
+        // A fetch a publish made for this stream (see `handoff`), to use
+        // instead of fetching.
+        let mut handed: Option<Result<Fetched>> = None;
+        let mut recheck_turn = false;
         tracing::debug!("stream opened");
         loop {
             let released = held.release(Instant::now());
@@ -191,7 +196,7 @@ impl DeliveryLoop {
                 break;
             }
             let max_bytes = budget.available();
-            if max_bytes == 0 {
+            if max_bytes == 0 && handed.is_none() {
                 // The client is not reading (or the replica's budget is spent).
                 tokio::select! {
                     _ = stop.cancelled() => break,
@@ -203,9 +208,12 @@ impl DeliveryLoop {
             }
             spec.max_outstanding = control.max_outstanding.load(Ordering::Relaxed);
             let limit = spec.max_outstanding.min(FETCH_LIMIT);
-            let fetched = tokio::select! {
-                _ = stop.cancelled() => break,
-                fetched = broker.store.fetch(&spec, limit, max_bytes) => fetched,
+            let fetched = match handed.take() {
+                Some(fetched) => fetched,
+                None => tokio::select! {
+                    _ = stop.cancelled() => break,
+                    fetched = broker.store.fetch(&spec, limit, max_bytes) => fetched,
+                },
             };
             let fetched = match fetched {
                 Ok(fetched) => fetched,
@@ -216,6 +224,10 @@ impl DeliveryLoop {
                 }
             };
             let count = fetched.deliveries.len() as u32;
+            topic.fetched(&fetched.deliveries);
+            if std::mem::take(&mut recheck_turn) && topic.has_unfetched() {
+                topic.pass_turn();
+            }
             let received = Instant::now();
             metrics.dead_lettered(fetched.dead_lettered);
             clock = RedisClock {
@@ -265,15 +277,37 @@ impl DeliveryLoop {
                 .into_iter()
                 .flatten()
                 .min();
-            tokio::select! {
-                _ = stop.cancelled() => break,
-                _ = self.sender.closed() => break,
-                _ = control.changed.notified() => {}
-                _ = topic.my_turn(), if fetched.has_room => {}
-                // Acks matter only to a full stream; one with room would
-                // fetch again for nothing on each of them.
-                _ = room.notified(), if !fetched.has_room => {}
-                _ = sleep_until_some(wake_at) => {}
+            // A stream with room may have its next fetch made by a publish.
+            let offer = fetched.has_room.then(|| {
+                topic.offer(FetchRequest {
+                    spec: spec.clone(),
+                    limit,
+                    max_bytes: budget.available(),
+                })
+            });
+            let waited = Waiting {
+                topic: &topic,
+                room: &room,
+                control,
+                sender: &self.sender,
+                has_room: fetched.has_room,
+                wake_at,
+            };
+            match waited.wait(offer).await {
+                Woken::Fetch { fetched, on_turn } => {
+                    // The turn was for entries the publish's fetch may not
+                    // have reached: look again once that fetch is in.
+                    recheck_turn = on_turn && fetched.is_some();
+                    handed = fetched;
+                }
+                Woken::Stop(fetch) => {
+                    // Deliveries a publish fetched for this stream as it ended.
+                    if let Some(Ok(fetched)) = fetch {
+                        let mut unsent = self.unsent.lock().expect("unsent lock");
+                        unsent.extend(fetched.deliveries.into_iter().map(|(e, a)| (e.id, a)));
+                    }
+                    break;
+                }
             }
         }
         if broker.shutdown.is_cancelled() {
@@ -393,6 +427,70 @@ impl DeliveryLoop {
             }
         }
         true
+    }
+}
+
+/// What a waiting delivery loop waits on.
+struct Waiting<'a> {
+    topic: &'a TopicWatch,
+    room: &'a super::wakeups::ConsumerWake,
+    control: &'a FlowControl,
+    sender: &'a mpsc::Sender<Result<DeliveryBatch>>,
+    has_room: bool,
+    wake_at: Option<Instant>,
+}
+
+/// Why a delivery loop woke, with the fetch a publish made for it, if any.
+enum Woken {
+    /// `on_turn`: the stream took a turn for new entries.
+    Fetch {
+        fetched: Option<Result<Fetched>>,
+        on_turn: bool,
+    },
+    Stop(Option<Result<Fetched>>),
+}
+
+impl Waiting<'_> {
+    /// Waits until the stream should fetch (or use the fetch a publish made
+    /// with its offer) or end. Turns that bring nothing new are skipped.
+    async fn wait(&self, mut offer: Option<Offer>) -> Woken {
+        let withdraw = |offer: Option<Offer>| async move {
+            match offer {
+                Some(offer) => offer.withdraw().await,
+                None => None,
+            }
+        };
+        loop {
+            let mut on_turn = false;
+            tokio::select! {
+                _ = self.control.stop.cancelled() => return Woken::Stop(withdraw(offer).await),
+                _ = self.sender.closed() => return Woken::Stop(withdraw(offer).await),
+                _ = self.control.changed.notified() => {}
+                _ = self.topic.my_turn(), if self.has_room => {
+                    if !self.topic.turn_has_work() {
+                        continue; // a fetch here already took those entries
+                    }
+                    on_turn = true;
+                }
+                // Acks matter only to a full stream; one with room would
+                // fetch again for nothing on each of them.
+                _ = self.room.notified(), if !self.has_room => {}
+                _ = sleep_until_some(self.wake_at) => {}
+                fetched = fulfilled(&mut offer) => {
+                    return Woken::Fetch { fetched, on_turn };
+                }
+            }
+            let fetched = withdraw(offer).await;
+            return Woken::Fetch { fetched, on_turn };
+        }
+    }
+}
+
+/// The fetch made with `offer`; pending forever without one.
+async fn fulfilled(offer: &mut Option<Offer>) -> Option<Result<Fetched>> {
+    match offer {
+        Some(offer) => offer.fulfilled().await,
+        None => std::future::pending().await,
     }
 }
 

@@ -6,6 +6,7 @@ pub mod ack_id;
 mod admin;
 mod budget;
 mod delivery;
+mod handoff;
 pub mod promoter;
 pub mod publish_batches;
 pub mod registry_repair;
@@ -165,9 +166,8 @@ impl Broker {
     pub async fn publish(&self, topic: &str, request: PublishBatch) -> Result<Vec<Published>> {
         let (settings, dedupe_window) = self.before_publish(topic).await?;
         check_payloads(&settings, &request.messages)?;
-        let published = self
-            .store
-            .publish(&TopicKeys::new(topic), &[request], dedupe_window)
+        let keys = TopicKeys::new(topic);
+        let published = handoff::publish(self, &keys, topic, &[request], dedupe_window)
             .await?
             .pop()
             .ok_or_else(|| Error::Corrupt("publish reply without a result".into()))??;

@@ -140,17 +140,14 @@ async fn write(broker: &Broker, keys: &TopicKeys, topic: &str, jobs: Vec<Job>) {
     if requests.is_empty() {
         return;
     }
-    let results = broker
-        .store
-        .publish(keys, &requests, dedupe_window)
-        .await
-        .and_then(|results| {
-            if results.len() == requests.len() {
-                Ok(results)
-            } else {
-                Err(Error::Corrupt("publish reply of the wrong length".into()))
-            }
-        });
+    let results = super::handoff::publish(broker, keys, topic, &requests, dedupe_window).await;
+    let results = results.and_then(|results| {
+        if results.len() == requests.len() {
+            Ok(results)
+        } else {
+            Err(Error::Corrupt("publish reply of the wrong length".into()))
+        }
+    });
     match results {
         Ok(results) => {
             for published in results.iter().filter_map(|result| result.as_ref().ok()) {

@@ -13,15 +13,23 @@
 //! - Deliveries handed back (nack): the topic's channel here, and a hint.
 //! - Messages scheduled: the promoter's timers here, and a hint with the due time.
 //!
+//! A turn for new entries that a fetch already took (see
+//! [`super::handoff`]: a publish can carry the fetch of a waiting stream) is
+//! not worth a fetch: the watcher records the newest entry it saw, the
+//! streams the newest entry they fetched, and a stream skips a turn that
+//! brings nothing newer.
+//!
 //! Hints travel on one Redis Pub/Sub channel. They are only hints: a lost one
 //! delays a delivery until the loop's next periodic check, never loses it.
 
+use super::handoff::{FetchRequest, Offer, Offers, Taken};
 use super::promoter::PromotionTimers;
 use crate::error::Result;
-use crate::store::stream::NEW_ENTRIES_READ;
+use crate::store::stream::{Entry, NEW_ENTRIES_READ, parse_entry_id};
 use crate::store::{Store, TopicKeys};
 use futures::StreamExt;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -57,6 +65,7 @@ struct TopicWatcher {
 /// that hands one out when the subscription's earliest timer falls due.
 struct Subscription {
     turns: Arc<Turns>,
+    offers: Arc<Offers>,
     streams: usize,
     timer: JoinHandle<()>,
 }
@@ -68,6 +77,13 @@ struct Subscription {
 #[derive(Default)]
 pub struct Turns {
     turn: Notify,
+    /// A turn was given for something other than new entries (a timer,
+    /// deliveries handed back, a reconnect): the next one must fetch.
+    must_fetch: AtomicBool,
+    /// The newest entry the watcher saw, and the newest entry a fetch of
+    /// the subscription here took, as (ms, seq).
+    newest_seen: Mutex<(u64, u64)>,
+    fetched_through: Mutex<(u64, u64)>,
     /// The earliest timer a fetch reported, not yet due.
     timer: Mutex<Option<Instant>>,
     timer_moved: Notify,
@@ -77,6 +93,7 @@ pub struct Turns {
 /// when the last one drops.
 pub struct TopicWatch {
     turns: Arc<Turns>,
+    offers: Arc<Offers>,
     topic: String,
     subscription: String,
     wakeups: Wakeups,
@@ -159,12 +176,14 @@ impl Wakeups {
                 Subscription {
                     timer: tokio::spawn(run_timer(turns.clone())),
                     turns,
+                    offers: Arc::default(),
                     streams: 0,
                 }
             });
         local.streams += 1;
         TopicWatch {
             turns: local.turns.clone(),
+            offers: local.offers.clone(),
             topic: topic.to_owned(),
             subscription: subscription.to_owned(),
             wakeups: self.clone(),
@@ -223,6 +242,20 @@ impl Wakeups {
         self.inner.promotions.due_in(topic, due_in);
         let hint = Hint::Scheduled(topic, due_in.as_millis() as u64);
         self.inner.store.publish_hint(&hint.encode()).await
+    }
+
+    /// Takes one waiting stream's offer of each local subscription of
+    /// `topic`, for a publish to carry their fetches.
+    pub fn take_offers(&self, topic: &str) -> Vec<Taken> {
+        let topics = self.inner.topics.lock().expect("wakeups lock");
+        let Some(watcher) = topics.get(topic) else {
+            return Vec::new();
+        };
+        let subscriptions = watcher.subscriptions.lock().expect("wakeups lock");
+        subscriptions
+            .values()
+            .filter_map(|local| local.offers.take())
+            .collect()
     }
 
     fn wake_topic(&self, topic: &str) {
@@ -298,10 +331,28 @@ impl Wakeups {
     }
 }
 
-/// Gives one idle stream of each local subscription its turn.
+/// Gives one idle stream of each local subscription a turn that must fetch.
 fn give_turns(subscriptions: &Mutex<HashMap<String, Subscription>>) {
     for local in subscriptions.lock().expect("wakeups lock").values() {
-        local.turns.turn.notify_one();
+        local.turns.give_turn();
+    }
+}
+
+/// Gives one idle stream of each local subscription the turn for entries up
+/// to `newest`, unless a fetch here already took them.
+fn announce_entries(subscriptions: &Mutex<HashMap<String, Subscription>>, newest: &str) {
+    let Some(newest) = parse_entry_id(newest) else {
+        return give_turns(subscriptions);
+    };
+    for local in subscriptions.lock().expect("wakeups lock").values() {
+        let turns = &local.turns;
+        {
+            let mut seen = turns.newest_seen.lock().expect("turns lock");
+            *seen = newest.max(*seen);
+        }
+        if turns.unfetched() {
+            turns.turn.notify_one();
+        }
     }
 }
 
@@ -340,7 +391,7 @@ async fn follow_stream(
             continue; // timed out
         };
         // Turns first, so that a delivery never waits for the skip below.
-        give_turns(subscriptions);
+        announce_entries(subscriptions, newest_read);
         behind = if new.len() < NEW_ENTRIES_READ {
             0
         } else {
@@ -357,10 +408,23 @@ async fn follow_stream(
             behind = 0;
             let newest = store.last_entry_id(&mut conn, keys).await?;
             if &newest != newest_read {
-                give_turns(subscriptions);
+                announce_entries(subscriptions, &newest);
             }
             newest
         };
+    }
+}
+
+impl Turns {
+    fn give_turn(&self) {
+        self.must_fetch.store(true, Ordering::Relaxed);
+        self.turn.notify_one();
+    }
+
+    /// Whether the watcher saw entries newer than any a fetch here took.
+    fn unfetched(&self) -> bool {
+        let seen = *self.newest_seen.lock().expect("turns lock");
+        seen > *self.fetched_through.lock().expect("turns lock")
     }
 }
 
@@ -380,7 +444,7 @@ async fn run_timer(turns: Arc<Turns>) {
                 if timer.is_some_and(|t| t <= Instant::now()) {
                     *timer = None;
                 }
-                turns.turn.notify_one();
+                turns.give_turn();
             }
             _ = turns.timer_moved.notified() => {}
         }
@@ -404,10 +468,38 @@ impl TopicWatch {
         self.turns.turn.notified().await
     }
 
+    /// Whether the turn just taken is worth a fetch: it was given for a
+    /// timer or returned deliveries, or for entries no fetch here has taken.
+    pub fn turn_has_work(&self) -> bool {
+        self.turns.must_fetch.swap(false, Ordering::Relaxed) || self.turns.unfetched()
+    }
+
     /// Lets one more idle stream of the subscription fetch: this one found
     /// more than it could take.
     pub fn pass_turn(&self) {
-        self.turns.turn.notify_one();
+        self.turns.give_turn();
+    }
+
+    /// Whether the watcher saw entries newer than any a fetch here took.
+    pub fn has_unfetched(&self) -> bool {
+        self.turns.unfetched()
+    }
+
+    /// Records the newest entry a fetch of this subscription took.
+    pub fn fetched(&self, deliveries: &[(Entry, u32)]) {
+        let newest = deliveries
+            .iter()
+            .filter_map(|(entry, _)| parse_entry_id(&entry.id))
+            .max();
+        if let Some(newest) = newest {
+            let mut through = self.turns.fetched_through.lock().expect("turns lock");
+            *through = newest.max(*through);
+        }
+    }
+
+    /// Leaves this stream's fetch for the topic's next publish to carry.
+    pub fn offer(&self, request: FetchRequest) -> Offer {
+        self.offers.offer(request)
     }
 
     /// Records that the subscription has a timer due at `at` (an ended lease

@@ -72,10 +72,10 @@ pub enum Ended {
 
 /// Which consumer of which subscription asks, and how much it may hold.
 #[derive(Debug, Clone)]
-pub struct ConsumerSpec<'a> {
-    pub keys: &'a TopicKeys,
-    pub group: &'a str,
-    pub consumer: &'a str,
+pub struct ConsumerSpec {
+    pub keys: TopicKeys,
+    pub group: String,
+    pub consumer: String,
     pub max_outstanding: u32,
     pub lease: Duration,
     /// The most bytes one message can have (payload, attributes, ordering
@@ -134,17 +134,12 @@ impl Store {
     /// Hands `spec.consumer` up to `limit` deliveries of about `max_bytes` in
     /// all (one may go past it): expired leases first, then new entries,
     /// within its room; each gets a lease of `spec.lease`.
-    pub async fn fetch(
-        &self,
-        spec: &ConsumerSpec<'_>,
-        limit: u32,
-        max_bytes: u64,
-    ) -> Result<Fetched> {
+    pub async fn fetch(&self, spec: &ConsumerSpec, limit: u32, max_bytes: u64) -> Result<Fetched> {
         let mut conn = self.shared();
         let reply: Value = FETCH_DELIVERIES
-            .key(&spec.keys.lease_keys(spec.group)[..])
-            .arg(spec.group)
-            .arg(spec.consumer)
+            .key(&spec.keys.lease_keys(&spec.group)[..])
+            .arg(&spec.group)
+            .arg(&spec.consumer)
             .arg(spec.max_outstanding)
             .arg(limit)
             .arg(spec.lease.as_millis() as u64)

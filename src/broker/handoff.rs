@@ -1,0 +1,156 @@
+//! Fetches that ride along with a publish.
+//!
+//! A stream with room that waits for new entries leaves an offer with its
+//! subscription. The writer of the topic's next publish takes one offer of
+//! each local subscription and sends those streams' fetches right behind the
+//! publish, on the same Redis connection. Redis runs one connection's
+//! commands in order, so the fetch finds what the publish appended: the
+//! message reaches its stream without waiting for the watcher's wake-up and
+//! a fetch of the stream's own, one Redis round trip (and one Redis wake-up)
+//! fewer between publish and delivery.
+//!
+//! An offer is only a shortcut. A stream whose offer nobody took fetches on
+//! its turn as before, and one whose fetch was taken waits for that result
+//! instead of fetching beside it.
+
+use super::Broker;
+use crate::error::Result;
+use crate::store::leases::{ConsumerSpec, Fetched};
+use crate::store::stream::{Due, PublishBatch, Published};
+use crate::store::{Store, TopicKeys};
+use futures::FutureExt;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::oneshot;
+
+/// Publishes `requests` to `topic` (see [`Store::publish`]), with the fetches
+/// of one waiting stream of each local subscription right behind.
+pub async fn publish(
+    broker: &Broker,
+    keys: &TopicKeys,
+    topic: &str,
+    requests: &[PublishBatch],
+    dedupe_window: Duration,
+) -> Result<Vec<Result<Vec<Published>>>> {
+    let due_now = requests
+        .iter()
+        .any(|request| request.messages.iter().any(|m| m.due == Due::Now));
+    let fetches = if due_now {
+        broker.wakeups.take_offers(topic)
+    } else {
+        Vec::new() // nothing for a fetch to find
+    };
+    let store = &broker.store;
+    // `join!` polls the publish first, which queues its command first.
+    let (published, ()) = tokio::join!(
+        store.publish(keys, requests, dedupe_window),
+        futures::future::join_all(fetches.into_iter().map(|taken| taken.fetch(store))).map(drop),
+    );
+    published
+}
+
+/// The fetch a waiting stream would make.
+#[derive(Debug, Clone)]
+pub struct FetchRequest {
+    pub spec: ConsumerSpec,
+    pub limit: u32,
+    pub max_bytes: u64,
+}
+
+/// The standing offers of one subscription's waiting streams on this replica.
+#[derive(Default)]
+pub struct Offers {
+    waiting: Mutex<VecDeque<Waiting>>,
+    next_id: AtomicU64,
+}
+
+struct Waiting {
+    id: u64,
+    request: FetchRequest,
+    reply: oneshot::Sender<Result<Fetched>>,
+}
+
+/// A stream's standing offer. Dropping it withdraws it.
+pub struct Offer {
+    id: u64,
+    offers: Arc<Offers>,
+    reply: oneshot::Receiver<Result<Fetched>>,
+}
+
+/// An offer a publisher took: its fetch goes right behind the publish.
+pub struct Taken {
+    request: FetchRequest,
+    reply: oneshot::Sender<Result<Fetched>>,
+}
+
+impl Offers {
+    pub fn offer(self: &Arc<Self>, request: FetchRequest) -> Offer {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (reply, receiver) = oneshot::channel();
+        self.lock().push_back(Waiting { id, request, reply });
+        Offer {
+            id,
+            offers: self.clone(),
+            reply: receiver,
+        }
+    }
+
+    /// Takes the offer that has waited longest, if any.
+    pub fn take(&self) -> Option<Taken> {
+        self.lock().pop_front().map(|waiting| Taken {
+            request: waiting.request,
+            reply: waiting.reply,
+        })
+    }
+
+    /// Removes offer `id`; false when a publisher took it.
+    fn remove(&self, id: u64) -> bool {
+        let mut waiting = self.lock();
+        match waiting.iter().position(|w| w.id == id) {
+            Some(at) => {
+                waiting.remove(at);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Waiting>> {
+        self.waiting.lock().expect("offers lock")
+    }
+}
+
+impl Offer {
+    /// Resolves with the fetch a publisher made for this stream; None when
+    /// the publisher dropped it unmade (the stream then fetches itself).
+    pub async fn fulfilled(&mut self) -> Option<Result<Fetched>> {
+        (&mut self.reply).await.ok()
+    }
+
+    /// Withdraws the offer: None if nobody took it, else the fetch made for it.
+    pub async fn withdraw(mut self) -> Option<Result<Fetched>> {
+        if self.offers.remove(self.id) {
+            return None;
+        }
+        self.fulfilled().await
+    }
+}
+
+impl Drop for Offer {
+    fn drop(&mut self) {
+        self.offers.remove(self.id);
+    }
+}
+
+impl Taken {
+    /// Makes the fetch and hands its result to the stream that offered it.
+    pub async fn fetch(self, store: &Store) {
+        let request = &self.request;
+        let fetched = store
+            .fetch(&request.spec, request.limit, request.max_bytes)
+            .await;
+        let _ = self.reply.send(fetched);
+    }
+}
