@@ -256,8 +256,8 @@ impl DeliveryLoop {
             if more || (count > 0 && !fetched.has_room) {
                 topic.pass_turn();
             }
-            if more {
-                continue; // more may be waiting
+            if more && fetched.has_room {
+                continue; // more may be waiting (a full stream waits for room)
             }
             if let Some(expiry) = fetched.next_expiry {
                 topic.timer_at(received + expiry.max(MIN_WAIT));
@@ -277,13 +277,19 @@ impl DeliveryLoop {
                 .into_iter()
                 .flatten()
                 .min();
-            // A stream with room may have its next fetch made by a publish.
-            let offer = fetched.has_room.then(|| {
-                topic.offer(FetchRequest {
-                    spec: spec.clone(),
-                    limit,
-                    max_bytes: budget.available(),
-                })
+            // The next fetch may be made by a publish (a stream with room)
+            // or by the ack that frees room (a full one).
+            let request = FetchRequest {
+                spec: spec.clone(),
+                limit,
+                max_bytes: budget.available(),
+            };
+            let offer = (request.max_bytes > 0).then(|| {
+                if fetched.has_room {
+                    topic.offer(request)
+                } else {
+                    room.offer(request)
+                }
             });
             let waited = Waiting {
                 topic: &topic,

@@ -15,7 +15,7 @@
 
 use super::Broker;
 use crate::error::Result;
-use crate::store::leases::{ConsumerSpec, Fetched};
+use crate::store::leases::{ConsumerSpec, Fetched, Lease};
 use crate::store::stream::{Due, PublishBatch, Published};
 use crate::store::{Store, TopicKeys};
 use futures::FutureExt;
@@ -49,6 +49,27 @@ pub async fn publish(
         futures::future::join_all(fetches.into_iter().map(|taken| taken.fetch(store))).map(drop),
     );
     published
+}
+
+/// Runs `ack` (a script that acks `leases`), with the fetches of the full
+/// local streams that held them right behind: the room it frees is taken at
+/// once. Returns the consumers whose fetch it carried, which need no other
+/// wake-up.
+pub async fn ack<T>(
+    broker: &Broker,
+    leases: &[Lease],
+    ack: impl Future<Output = T>,
+) -> (T, Vec<String>) {
+    let taken = broker
+        .wakeups
+        .take_room_offers(leases.iter().map(|lease| lease.consumer.as_str()));
+    let (carried, fetches): (Vec<String>, Vec<Taken>) = taken.into_iter().unzip();
+    let store = &broker.store;
+    let (acked, ()) = tokio::join!(
+        ack,
+        futures::future::join_all(fetches.into_iter().map(|taken| taken.fetch(store))).map(drop),
+    );
+    (acked, carried)
 }
 
 /// The fetch a waiting stream would make.

@@ -324,12 +324,19 @@ impl Broker {
     #[tracing::instrument(level = "debug", skip_all, fields(topic = %topic, subscription = %subscription))]
     pub async fn ack(&self, topic: &str, subscription: &str, ack_ids: &[AckId]) -> Result<()> {
         let (leases, ours) = issued_for(ack_ids, topic, subscription);
-        let acked = self
-            .store
-            .ack(&TopicKeys::new(topic), subscription, &leases)
-            .await?;
-        self.acked(topic, subscription, ack_ids.len(), &acked, &leases)
-            .await?;
+        let keys = TopicKeys::new(topic);
+        let (acked, carried) =
+            handoff::ack(self, &leases, self.store.ack(&keys, subscription, &leases)).await;
+        let acked = acked?;
+        self.acked(
+            topic,
+            subscription,
+            ack_ids.len(),
+            &acked,
+            &leases,
+            &carried,
+        )
+        .await?;
         if acked.ordered && acked.count < ack_ids.len() as u64 {
             let applied = applied_acks(ack_ids, &ours, acked.ids);
             return lost_leases(ack_ids, &vec![true; ack_ids.len()], &applied);
@@ -347,17 +354,29 @@ impl Broker {
         ack_ids: &[AckId],
     ) -> Result<Vec<bool>> {
         let (leases, ours) = issued_for(ack_ids, topic, subscription);
-        let mut acked = self
-            .store
-            .ack_listed(&TopicKeys::new(topic), subscription, &leases)
-            .await?;
-        self.acked(topic, subscription, ack_ids.len(), &acked, &leases)
-            .await?;
+        let keys = TopicKeys::new(topic);
+        let (acked, carried) = handoff::ack(
+            self,
+            &leases,
+            self.store.ack_listed(&keys, subscription, &leases),
+        )
+        .await;
+        let mut acked = acked?;
+        self.acked(
+            topic,
+            subscription,
+            ack_ids.len(),
+            &acked,
+            &leases,
+            &carried,
+        )
+        .await?;
         Ok(applied_acks(ack_ids, &ours, std::mem::take(&mut acked.ids)))
     }
 
-    /// Counts an ack call and wakes the streams whose room it freed, and
-    /// those that may take the entries it handed ordering keys to.
+    /// Counts an ack call and wakes the streams whose room it freed (but
+    /// those whose fetch it `carried`), and those that may take the entries
+    /// it handed ordering keys to.
     async fn acked(
         &self,
         topic: &str,
@@ -365,6 +384,7 @@ impl Broker {
         asked: usize,
         acked: &Acked,
         leases: &[Lease],
+        carried: &[String],
     ) -> Result<()> {
         self.metrics.acked(topic, subscription, acked.count);
         self.metrics.ack_ids_ignored(
@@ -376,7 +396,12 @@ impl Broker {
             self.wakeups.deliveries_returned(topic).await?;
         }
         self.wakeups
-            .room_freed(leases.iter().map(|l| l.consumer.as_str()))
+            .room_freed(
+                leases
+                    .iter()
+                    .map(|l| l.consumer.as_str())
+                    .filter(|consumer| !carried.iter().any(|c| c == consumer)),
+            )
             .await
     }
 

@@ -52,7 +52,14 @@ struct Inner {
     store: Store,
     promotions: Arc<PromotionTimers>,
     topics: Mutex<HashMap<String, TopicWatcher>>,
-    consumers: Mutex<HashMap<String, Arc<Notify>>>,
+    consumers: Mutex<HashMap<String, LocalConsumer>>,
+}
+
+/// A consumer (stream) of this replica: its wake-up for freed room, and the
+/// offer it leaves while full, for an ack to carry its next fetch.
+struct LocalConsumer {
+    notify: Arc<Notify>,
+    offers: Arc<Offers>,
 }
 
 struct TopicWatcher {
@@ -102,6 +109,7 @@ pub struct TopicWatch {
 /// A local consumer's wake-up for freed room; unregisters on drop.
 pub struct ConsumerWake {
     notify: Arc<Notify>,
+    offers: Arc<Offers>,
     consumer: String,
     wakeups: Wakeups,
 }
@@ -192,13 +200,19 @@ impl Wakeups {
 
     pub fn register_consumer(&self, consumer: &str) -> ConsumerWake {
         let notify = Arc::new(Notify::new());
+        let offers = Arc::new(Offers::default());
+        let local = LocalConsumer {
+            notify: notify.clone(),
+            offers: offers.clone(),
+        };
         self.inner
             .consumers
             .lock()
             .expect("wakeups lock")
-            .insert(consumer.to_owned(), notify.clone());
+            .insert(consumer.to_owned(), local);
         ConsumerWake {
             notify,
+            offers,
             consumer: consumer.to_owned(),
             wakeups: self.clone(),
         }
@@ -211,7 +225,7 @@ impl Wakeups {
             let local = self.inner.consumers.lock().expect("wakeups lock");
             for consumer in consumers {
                 match local.get(consumer) {
-                    Some(notify) => notify.notify_one(),
+                    Some(local) => local.notify.notify_one(),
                     None if !remote.contains(&consumer) => remote.push(consumer),
                     None => {}
                 }
@@ -258,6 +272,25 @@ impl Wakeups {
             .collect()
     }
 
+    /// Takes the offers that full local streams among `consumers` left,
+    /// for an ack that frees their room to carry their fetches.
+    pub fn take_room_offers<'a>(
+        &self,
+        consumers: impl IntoIterator<Item = &'a str>,
+    ) -> Vec<(String, Taken)> {
+        let local = self.inner.consumers.lock().expect("wakeups lock");
+        let mut taken: Vec<(String, Taken)> = Vec::new();
+        for consumer in consumers {
+            if taken.iter().any(|(name, _)| name == consumer) {
+                continue;
+            }
+            if let Some(offer) = local.get(consumer).and_then(|c| c.offers.take()) {
+                taken.push((consumer.to_owned(), offer));
+            }
+        }
+        taken
+    }
+
     fn wake_topic(&self, topic: &str) {
         if let Some(watcher) = self.inner.topics.lock().expect("wakeups lock").get(topic) {
             give_turns(&watcher.subscriptions);
@@ -268,8 +301,8 @@ impl Wakeups {
         for watcher in self.inner.topics.lock().expect("wakeups lock").values() {
             give_turns(&watcher.subscriptions);
         }
-        for notify in self.inner.consumers.lock().expect("wakeups lock").values() {
-            notify.notify_one();
+        for local in self.inner.consumers.lock().expect("wakeups lock").values() {
+            local.notify.notify_one();
         }
     }
 
@@ -309,14 +342,14 @@ impl Wakeups {
                 match std::str::from_utf8(&payload).ok().and_then(Hint::decode) {
                     Some(Hint::Topic(topic)) => self.wake_topic(topic),
                     Some(Hint::Consumer(consumer)) => {
-                        if let Some(notify) = self
+                        if let Some(local) = self
                             .inner
                             .consumers
                             .lock()
                             .expect("wakeups lock")
                             .get(consumer)
                         {
-                            notify.notify_one();
+                            local.notify.notify_one();
                         }
                     }
                     Some(Hint::Scheduled(topic, ms)) => self
@@ -540,6 +573,11 @@ impl Drop for TopicWatch {
 impl ConsumerWake {
     pub async fn notified(&self) {
         self.notify.notified().await
+    }
+
+    /// Leaves this full stream's next fetch for an ack that frees its room to carry.
+    pub fn offer(&self, request: FetchRequest) -> Offer {
+        self.offers.offer(request)
     }
 }
 
