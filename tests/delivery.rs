@@ -245,26 +245,6 @@ async fn consumers_of_one_subscription_share_messages_without_overlap() {
     );
 }
 
-/// How many XREADGROUP calls Redis has served (fetch scripts make one each).
-fn xreadgroup_calls(redis: &RedisServer) -> u64 {
-    let out = std::process::Command::new("redis-cli")
-        .arg("-s")
-        .arg(redis.socket())
-        .args(["INFO", "commandstats"])
-        .output()
-        .expect("run redis-cli");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("cmdstat_xreadgroup:calls=")?
-                .split(',')
-                .next()?
-                .parse()
-                .ok()
-        })
-        .unwrap_or(0)
-}
-
 /// Many streams of one subscription on one replica: a backlog larger than any
 /// one stream may hold reaches all of them (a stream that fills up passes the
 /// turn on), each message exactly once; and a new message wakes one idle
@@ -312,7 +292,7 @@ async fn many_streams_split_a_backlog_and_one_message_wakes_one_stream() {
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     // Now all idle: each message should cost a fetch or two, not one per stream.
-    let before = xreadgroup_calls(&redis);
+    let before = redis.calls_of("xreadgroup");
     const SINGLES: usize = 20;
     for i in 0..SINGLES {
         publish(&mut client, TOPIC, [format!("single-{i}")]).await;
@@ -320,7 +300,7 @@ async fn many_streams_split_a_backlog_and_one_message_wakes_one_stream() {
     }
     let got = collect_from_all(&mut streams, SINGLES, EVENTUALLY).await;
     assert_eq!(got.iter().map(Vec::len).sum::<usize>(), SINGLES);
-    let fetches = xreadgroup_calls(&redis) - before;
+    let fetches = redis.calls_of("xreadgroup") - before;
     assert!(
         fetches < (SINGLES * STREAMS / 4) as u64,
         "{SINGLES} messages to {STREAMS} idle streams took {fetches} fetches"

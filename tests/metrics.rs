@@ -350,3 +350,92 @@ async fn metrics_answer_while_redis_is_down() {
     assert_eq!(m.value("redq_metrics_scrape_failures_total", &[]), 1.0);
     wait_http_status(server.metrics_addr, "/readyz", 503).await;
 }
+
+/// Fetches the waiting streams got from others' calls (`by` publish or ack).
+async fn fetches_carried(addr: SocketAddr, by: &str) -> f64 {
+    scrape(addr)
+        .await
+        .get("redq_fetches_carried_total", &[("by", by)])
+        .unwrap_or(0.0)
+}
+
+/// A stream with room waits with an offer: each message published to it
+/// comes with the fetch its publish carried, and the watcher's turn for the
+/// same entry is skipped, so each message costs one fetch, not two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_stream_gets_each_message_by_the_fetch_its_publish_carried() {
+    const ROUNDS: u64 = 20;
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis.url(), &[]).await;
+    let mut client = server.client().await;
+    let sub = Sub::deadline(Duration::from_secs(60));
+    let mut stream = subscribe(&mut client, TOPIC, "s", sub).await;
+    // The stream's first fetches: on opening, and on the watcher's start.
+    tokio::time::sleep(ms(500)).await;
+    let fetches_before = redis.calls_of("xreadgroup");
+    let carried_before = fetches_carried(server.metrics_addr, "publish").await;
+    for round in 0..ROUNDS {
+        // Time for the stream to leave its offer after the last delivery.
+        tokio::time::sleep(ms(20)).await;
+        publish(&mut client, TOPIC, [format!("m{round}")]).await;
+        let got = expect_messages(&mut stream, 1).await;
+        ack(&mut client, TOPIC, "s", ack_ids_of(&got))
+            .await
+            .expect("ack");
+    }
+    let fetches = redis.calls_of("xreadgroup") - fetches_before;
+    let carried = fetches_carried(server.metrics_addr, "publish").await - carried_before;
+    println!("{ROUNDS} messages: {fetches} fetches, {carried} carried by their publish");
+    assert!(
+        carried >= (ROUNDS - 2) as f64,
+        "{carried} of {ROUNDS} carried"
+    );
+    assert!(
+        fetches <= ROUNDS + 2,
+        "{fetches} fetches for {ROUNDS} messages"
+    );
+}
+
+/// A full stream leaves its offer for the ack that frees its room: a backlog
+/// taken one message at a time costs one fetch per message (the stream does
+/// not fetch again when it is full, nor when the ack's wake-up comes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_stream_takes_the_room_an_ack_frees_by_the_fetch_the_ack_carried() {
+    const BACKLOG: u64 = 20;
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis.url(), &[]).await;
+    let mut client = server.client().await;
+    publish(&mut client, TOPIC, payloads("b", BACKLOG as usize)).await;
+    let sub = Sub::deadline(Duration::from_secs(60)).max_outstanding(1);
+    let mut stream = subscribe(&mut client, TOPIC, "s", sub).await;
+    let mut held = expect_messages(&mut stream, 1).await;
+    let fetches_before = redis.calls_of("xreadgroup");
+    let carried_before = fetches_carried(server.metrics_addr, "ack").await;
+    let mut payloads = vec![held[0].message.clone().expect("a message").payload];
+    for _ in 1..BACKLOG {
+        tokio::time::sleep(ms(20)).await;
+        ack(&mut client, TOPIC, "s", ack_ids_of(&held))
+            .await
+            .expect("ack");
+        held = expect_messages(&mut stream, 1).await;
+        payloads.push(held[0].message.clone().expect("a message").payload);
+    }
+    let fetches = redis.calls_of("xreadgroup") - fetches_before;
+    let carried = fetches_carried(server.metrics_addr, "ack").await - carried_before;
+    println!(
+        "{} messages after the first: {fetches} fetches, {carried} carried by acks",
+        BACKLOG - 1
+    );
+    let want: Vec<_> = (0..BACKLOG).map(|i| format!("b-{i}")).collect();
+    assert_eq!(payloads, want, "the backlog in order, each once");
+    assert!(
+        carried >= (BACKLOG - 3) as f64,
+        "{carried} of {} carried",
+        BACKLOG - 1
+    );
+    assert!(
+        fetches <= BACKLOG + 1,
+        "{fetches} fetches for {} messages",
+        BACKLOG - 1
+    );
+}

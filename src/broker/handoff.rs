@@ -15,6 +15,7 @@
 
 use super::Broker;
 use crate::error::Result;
+use crate::metrics::CarriedBy;
 use crate::store::leases::{ConsumerSpec, Fetched, Lease};
 use crate::store::stream::{Due, PublishBatch, Published};
 use crate::store::{Store, TopicKeys};
@@ -42,6 +43,9 @@ pub async fn publish(
     } else {
         Vec::new() // nothing for a fetch to find
     };
+    broker
+        .metrics
+        .fetches_carried(CarriedBy::Publish, fetches.len());
     let store = &broker.store;
     // `join!` polls the publish first, which queues its command first.
     let (published, ()) = tokio::join!(
@@ -64,6 +68,9 @@ pub async fn ack<T>(
         .wakeups
         .take_room_offers(leases.iter().map(|lease| lease.consumer.as_str()));
     let (carried, fetches): (Vec<String>, Vec<Taken>) = taken.into_iter().unzip();
+    broker
+        .metrics
+        .fetches_carried(CarriedBy::Ack, fetches.len());
     let store = &broker.store;
     let (acked, ()) = tokio::join!(
         ack,

@@ -43,6 +43,18 @@ const SCRAPE_TIMEOUT: Duration = Duration::from_secs(3);
 const CONTENT: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CarriedLabels {
+    by: &'static str,
+}
+
+/// What sent a waiting stream's fetch right behind its own Redis call.
+#[derive(Debug, Clone, Copy)]
+pub enum CarriedBy {
+    Publish,
+    Ack,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct TopicLabels {
     topic: String,
 }
@@ -80,6 +92,7 @@ struct Inner {
     ack_ids_ignored: Family<SubscriptionLabels, Counter>,
     nacked: Family<SubscriptionLabels, Counter>,
     dead_lettered: Family<SubscriptionLabels, Counter>,
+    fetches_carried: Family<CarriedLabels, Counter>,
     publish_duration: Family<RpcLabels, Histogram>,
     lateness: Histogram,
     stream_length: Family<TopicLabels, Gauge>,
@@ -119,6 +132,7 @@ impl Metrics {
             ack_ids_ignored: Family::default(),
             nacked: Family::default(),
             dead_lettered: Family::default(),
+            fetches_carried: Family::default(),
             publish_duration,
             lateness,
             stream_length: Family::default(),
@@ -186,6 +200,11 @@ impl Metrics {
             "redq_messages_dead_lettered",
             "Messages moved to the dead letters after their last attempt (nacked or deadline exceeded)",
             inner.dead_lettered.clone(),
+        );
+        r.register(
+            "redq_fetches_carried",
+            "Fetches of waiting Subscribe streams sent right behind a publish (by=publish) or the ack that freed their room (by=ack), one Redis round trip fewer to delivery",
+            inner.fetches_carried.clone(),
         );
         r.register(
             "redq_publish_duration_seconds",
@@ -321,6 +340,20 @@ impl Metrics {
         if count > 0 {
             let labels = self.subscription_labels(topic, subscription);
             self.inner.acked.get_or_create(&labels).inc_by(count);
+        }
+    }
+
+    pub fn fetches_carried(&self, by: CarriedBy, count: usize) {
+        if count > 0 {
+            let by = match by {
+                CarriedBy::Publish => "publish",
+                CarriedBy::Ack => "ack",
+            };
+            let labels = CarriedLabels { by };
+            self.inner
+                .fetches_carried
+                .get_or_create(&labels)
+                .inc_by(count as u64);
         }
     }
 

@@ -176,6 +176,22 @@ impl RedisServer {
     }
 
     /// The last `n` lines of the Redis log.
+    /// How many calls of `command` (lowercase, as `INFO commandstats` names
+    /// it) this server has served; a fetch script makes one `xreadgroup`.
+    pub fn calls_of(&self, command: &str) -> u64 {
+        let out = Command::new("redis-cli")
+            .arg("-s")
+            .arg(self.socket())
+            .args(["INFO", "commandstats"])
+            .output()
+            .expect("run redis-cli");
+        let prefix = format!("cmdstat_{command}:calls=");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find_map(|l| l.strip_prefix(&prefix)?.split(',').next()?.parse().ok())
+            .unwrap_or(0)
+    }
+
     pub fn log_tail(&self, n: usize) -> String {
         let log = self.log();
         let lines: Vec<&str> = log.lines().collect();
