@@ -5,7 +5,7 @@ use super::Broker;
 use super::ack_id;
 use super::budget::{Reservation, StreamBudget};
 use super::handoff::{FetchRequest, Offer};
-use super::wakeups::{RECHECK, TopicWatch};
+use super::wakeups::{ConsumerWake, RECHECK, TopicWatch};
 use crate::error::{Error, Result};
 use crate::metrics::SubscriptionMetrics;
 use crate::store::TopicKeys;
@@ -307,7 +307,7 @@ impl DeliveryLoop {
                     handed = fetched;
                 }
                 Woken::Stop(fetch) => {
-                    // Deliveries a publish fetched for this stream as it ended.
+                    // Deliveries a publish or an ack fetched for this stream as it ended.
                     if let Some(Ok(fetched)) = fetch {
                         let mut unsent = self.unsent.lock().expect("unsent lock");
                         unsent.extend(fetched.deliveries.into_iter().map(|(e, a)| (e.id, a)));
@@ -439,7 +439,7 @@ impl DeliveryLoop {
 /// What a waiting delivery loop waits on.
 struct Waiting<'a> {
     topic: &'a TopicWatch,
-    room: &'a super::wakeups::ConsumerWake,
+    room: &'a ConsumerWake,
     control: &'a FlowControl,
     sender: &'a mpsc::Sender<Result<DeliveryBatch>>,
     has_room: bool,

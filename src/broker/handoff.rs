@@ -16,7 +16,7 @@
 use super::Broker;
 use crate::error::Result;
 use crate::metrics::CarriedBy;
-use crate::store::leases::{ConsumerSpec, Fetched, Lease};
+use crate::store::leases::{Acked, ConsumerSpec, Fetched, Lease};
 use crate::store::stream::{Due, PublishBatch, Published};
 use crate::store::{Store, TopicKeys};
 use futures::FutureExt;
@@ -32,7 +32,7 @@ pub async fn publish(
     broker: &Broker,
     keys: &TopicKeys,
     topic: &str,
-    requests: &[PublishBatch],
+    requests: Vec<PublishBatch>,
     dedupe_window: Duration,
 ) -> Result<Vec<Result<Vec<Published>>>> {
     let due_now = requests
@@ -46,24 +46,22 @@ pub async fn publish(
     broker
         .metrics
         .fetches_carried(CarriedBy::Publish, fetches.len());
-    let store = &broker.store;
-    // `join!` polls the publish first, which queues its command first.
-    let (published, ()) = tokio::join!(
-        store.publish(keys, requests, dedupe_window),
-        futures::future::join_all(fetches.into_iter().map(|taken| taken.fetch(store))).map(drop),
-    );
-    published
+    let (store, keys) = (broker.store.clone(), keys.clone());
+    let publish = async move { store.publish(&keys, &requests, dedupe_window).await };
+    carrying(&broker.store, publish, fetches).await
 }
 
-/// Runs `ack` (a script that acks `leases`), with the fetches of the full
-/// local streams that held them right behind: the room it frees is taken at
-/// once. Returns the consumers whose fetch it carried, which need no other
-/// wake-up.
-pub async fn ack<T>(
+/// Acks `leases` (with their entry ids when `listed`), with the fetches of
+/// the full local streams that held them right behind: the room it frees is
+/// taken at once. Returns the consumers whose fetch it carried, which need no
+/// other wake-up.
+pub async fn ack(
     broker: &Broker,
+    keys: &TopicKeys,
+    subscription: &str,
     leases: &[Lease],
-    ack: impl Future<Output = T>,
-) -> (T, Vec<String>) {
+    listed: bool,
+) -> Result<(Acked, Vec<String>)> {
     let taken = broker
         .wakeups
         .take_room_offers(leases.iter().map(|lease| lease.consumer.as_str()));
@@ -71,12 +69,42 @@ pub async fn ack<T>(
     broker
         .metrics
         .fetches_carried(CarriedBy::Ack, fetches.len());
-    let store = &broker.store;
-    let (acked, ()) = tokio::join!(
-        ack,
-        futures::future::join_all(fetches.into_iter().map(|taken| taken.fetch(store))).map(drop),
-    );
-    (acked, carried)
+    let (store, keys) = (broker.store.clone(), keys.clone());
+    let (subscription, leases) = (subscription.to_owned(), leases.to_vec());
+    let ack = async move {
+        if listed {
+            store.ack_listed(&keys, &subscription, &leases).await
+        } else {
+            store.ack(&keys, &subscription, &leases).await
+        }
+    };
+    Ok((carrying(&broker.store, ack, fetches).await?, carried))
+}
+
+/// Runs `call`, then `fetches` right behind it: `join!` polls the call first,
+/// which queues its command on the connection first. With fetches, all of it
+/// runs in a task of its own, so that a caller that goes away (a cancelled
+/// RPC) cannot drop a fetch Redis made: its deliveries would wait out their
+/// lease unsent.
+async fn carrying<T: Send + 'static>(
+    store: &Store,
+    call: impl Future<Output = Result<T>> + Send + 'static,
+    fetches: Vec<Taken>,
+) -> Result<T> {
+    if fetches.is_empty() {
+        return call.await;
+    }
+    let store = store.clone();
+    let task = tokio::spawn(async move {
+        let fetches = fetches.into_iter().map(|taken| taken.fetch(&store));
+        let (out, ()) = tokio::join!(call, futures::future::join_all(fetches).map(drop));
+        out
+    });
+    match task.await {
+        Ok(out) => out,
+        Err(err) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),
+        Err(_cancelled) => Err(crate::error::Error::ShuttingDown),
+    }
 }
 
 /// The fetch a waiting stream would make.

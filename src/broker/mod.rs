@@ -167,7 +167,7 @@ impl Broker {
         let (settings, dedupe_window) = self.before_publish(topic).await?;
         check_payloads(&settings, &request.messages)?;
         let keys = TopicKeys::new(topic);
-        let published = handoff::publish(self, &keys, topic, &[request], dedupe_window)
+        let published = handoff::publish(self, &keys, topic, vec![request], dedupe_window)
             .await?
             .pop()
             .ok_or_else(|| Error::Corrupt("publish reply without a result".into()))??;
@@ -323,20 +323,7 @@ impl Broker {
     /// others applied.
     #[tracing::instrument(level = "debug", skip_all, fields(topic = %topic, subscription = %subscription))]
     pub async fn ack(&self, topic: &str, subscription: &str, ack_ids: &[AckId]) -> Result<()> {
-        let (leases, ours) = issued_for(ack_ids, topic, subscription);
-        let keys = TopicKeys::new(topic);
-        let (acked, carried) =
-            handoff::ack(self, &leases, self.store.ack(&keys, subscription, &leases)).await;
-        let acked = acked?;
-        self.acked(
-            topic,
-            subscription,
-            ack_ids.len(),
-            &acked,
-            &leases,
-            &carried,
-        )
-        .await?;
+        let (acked, ours) = self.apply_acks(topic, subscription, ack_ids, false).await?;
         if acked.ordered && acked.count < ack_ids.len() as u64 {
             let applied = applied_acks(ack_ids, &ours, acked.ids);
             return lost_leases(ack_ids, &vec![true; ack_ids.len()], &applied);
@@ -353,56 +340,40 @@ impl Broker {
         subscription: &str,
         ack_ids: &[AckId],
     ) -> Result<Vec<bool>> {
-        let (leases, ours) = issued_for(ack_ids, topic, subscription);
-        let keys = TopicKeys::new(topic);
-        let (acked, carried) = handoff::ack(
-            self,
-            &leases,
-            self.store.ack_listed(&keys, subscription, &leases),
-        )
-        .await;
-        let mut acked = acked?;
-        self.acked(
-            topic,
-            subscription,
-            ack_ids.len(),
-            &acked,
-            &leases,
-            &carried,
-        )
-        .await?;
-        Ok(applied_acks(ack_ids, &ours, std::mem::take(&mut acked.ids)))
+        let (acked, ours) = self.apply_acks(topic, subscription, ack_ids, true).await?;
+        Ok(applied_acks(ack_ids, &ours, acked.ids))
     }
 
-    /// Counts an ack call and wakes the streams whose room it freed (but
-    /// those whose fetch it `carried`), and those that may take the entries
-    /// it handed ordering keys to.
-    async fn acked(
+    /// Acks the deliveries of `ack_ids` issued for this subscription (with
+    /// their entry ids when `listed`), with the fetches of the full streams
+    /// whose room that frees right behind; counts the call, and wakes the
+    /// other streams whose room it freed and those that may take the entries
+    /// it handed ordering keys to. Returns which ack ids were issued here.
+    async fn apply_acks(
         &self,
         topic: &str,
         subscription: &str,
-        asked: usize,
-        acked: &Acked,
-        leases: &[Lease],
-        carried: &[String],
-    ) -> Result<()> {
+        ack_ids: &[AckId],
+        listed: bool,
+    ) -> Result<(Acked, Vec<bool>)> {
+        let (leases, ours) = issued_for(ack_ids, topic, subscription);
+        let keys = TopicKeys::new(topic);
+        let (acked, carried) = handoff::ack(self, &keys, subscription, &leases, listed).await?;
         self.metrics.acked(topic, subscription, acked.count);
         self.metrics.ack_ids_ignored(
             topic,
             subscription,
-            (asked as u64).saturating_sub(acked.count),
+            (ack_ids.len() as u64).saturating_sub(acked.count),
         );
         if acked.keys_handed > 0 {
             self.wakeups.deliveries_returned(topic).await?;
         }
-        self.wakeups
-            .room_freed(
-                leases
-                    .iter()
-                    .map(|l| l.consumer.as_str())
-                    .filter(|consumer| !carried.iter().any(|c| c == consumer)),
-            )
-            .await
+        let freed = leases
+            .iter()
+            .map(|lease| lease.consumer.as_str())
+            .filter(|consumer| !carried.iter().any(|c| c == consumer));
+        self.wakeups.room_freed(freed).await?;
+        Ok((acked, ours))
     }
 
     /// Hands deliveries back: redelivered after `delay`, or after the
