@@ -533,3 +533,107 @@ fn payloads_of(messages: &[pb::ReceivedMessage]) -> Vec<bytes::Bytes> {
         .map(|m| m.message.as_ref().expect("a message").payload.clone())
         .collect()
 }
+
+/// Fetches that waiting streams got from others' calls (`by` publish or ack).
+async fn fetches_carried(server: &TestServer, by: &str) -> f64 {
+    common::metrics::scrape(server.metrics_addr)
+        .await
+        .get("redq_fetches_carried_total", &[("by", by)])
+        .unwrap_or(0.0)
+}
+
+/// A stream with room waits with an offer: each message published on a
+/// PublishStream comes with the fetch its publish carried, and the watcher's
+/// turn for the same entry is skipped, so each message costs one fetch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_stream_gets_each_message_by_the_fetch_its_publish_carried() {
+    const ROUNDS: u64 = 20;
+    let (redis, server, mut client) = start().await;
+    let mut stream = SubStream::open(&mut client, "t", "s", Sub::default()).await;
+    let mut publisher = PublishStream::open(&mut client).await;
+    // The stream's first fetches: on opening, and on the watcher's start.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let fetches_before = redis.calls_of("xreadgroup");
+    let carried_before = fetches_carried(&server, "publish").await;
+    for round in 0..ROUNDS {
+        // Time for the stream to leave its offer after the last delivery.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        publisher
+            .send(round, "t", vec![message(format!("m{round}"))])
+            .await;
+        publisher.answers(1).await;
+        let got = stream.messages(1, EVENTUALLY).await;
+        assert_eq!(payloads_of(&got), [format!("m{round}")]);
+        stream
+            .send(pb::StreamingSubscribeRequest {
+                ack_ids: ack_ids_of(&got),
+                ..Default::default()
+            })
+            .await;
+    }
+    let fetches = redis.calls_of("xreadgroup") - fetches_before;
+    let carried = fetches_carried(&server, "publish").await - carried_before;
+    println!("{ROUNDS} messages: {fetches} fetches, {carried} carried by their publish");
+    assert!(
+        carried >= (ROUNDS - 2) as f64,
+        "{carried} of {ROUNDS} carried"
+    );
+    assert!(
+        fetches <= ROUNDS + 2,
+        "{fetches} fetches for {ROUNDS} messages"
+    );
+}
+
+/// A full stream leaves its offer for the ack that frees its room: a backlog
+/// taken one message at a time, acked on the stream, costs one fetch per
+/// message (the stream does not fetch again when full, nor on the ack's
+/// wake-up). A unary Ack, which its client may cancel, carries none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_stream_takes_the_room_an_ack_frees_by_the_fetch_the_ack_carried() {
+    const BACKLOG: usize = 20;
+    let (redis, server, mut client) = start().await;
+    publish(&mut client, "t", payloads("b", BACKLOG)).await;
+    let opts = Sub::deadline(Duration::from_secs(60)).max_outstanding(1);
+    let mut stream = SubStream::open(&mut client, "t", "s", opts).await;
+    let mut held = stream.messages(1, EVENTUALLY).await;
+    let mut got = payloads_of(&held);
+    let fetches_before = redis.calls_of("xreadgroup");
+    let carried_before = fetches_carried(&server, "ack").await;
+    for _ in 1..BACKLOG {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        stream
+            .send(pb::StreamingSubscribeRequest {
+                ack_ids: ack_ids_of(&held),
+                ..Default::default()
+            })
+            .await;
+        held = stream.messages(1, EVENTUALLY).await;
+        got.extend(payloads_of(&held));
+    }
+    let fetches = redis.calls_of("xreadgroup") - fetches_before;
+    let carried = fetches_carried(&server, "ack").await - carried_before;
+    let taken = BACKLOG - 1;
+    println!("{taken} messages after the first: {fetches} fetches, {carried} carried by acks");
+    assert_eq!(
+        got,
+        payloads("b", BACKLOG),
+        "the backlog in order, each once"
+    );
+    assert!(
+        carried >= (taken - 2) as f64,
+        "{carried} of {taken} carried"
+    );
+    assert!(
+        fetches <= taken as u64 + 2,
+        "{fetches} fetches for {taken} messages"
+    );
+    // The last one acked with a unary call: not carried, fetched on the wake-up.
+    let before = fetches_carried(&server, "ack").await;
+    ack(&mut client, "t", "s", ack_ids_of(&held))
+        .await
+        .expect("ack");
+    publish(&mut client, "t", ["after"]).await;
+    let last = stream.messages(1, EVENTUALLY).await;
+    assert_eq!(payloads_of(&last), ["after"]);
+    assert_eq!(fetches_carried(&server, "ack").await, before);
+}

@@ -12,6 +12,11 @@
 //! An offer is only a shortcut. A stream whose offer nobody took fetches on
 //! its turn as before, and one whose fetch was taken waits for that result
 //! instead of fetching beside it.
+//!
+//! Only calls that run to completion carry fetches: the publish writers
+//! (`PublishStream`) and the ack batches of `StreamingSubscribe`. A unary RPC
+//! is dropped when its client cancels it, and a fetch dropped after Redis
+//! made it would leave its deliveries unsent until their lease ran out.
 
 use super::Broker;
 use crate::error::Result;
@@ -26,13 +31,22 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::oneshot;
 
+/// Whether a call may carry the fetches of waiting streams: only one that
+/// runs to completion, never a unary RPC its client may cancel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Carry {
+    Fetches,
+    Nothing,
+}
+
 /// Publishes `requests` to `topic` (see [`Store::publish`]), with the fetches
-/// of one waiting stream of each local subscription right behind.
+/// of one waiting stream of each local subscription right behind. Called by
+/// the publish writers, which run to completion.
 pub async fn publish(
     broker: &Broker,
     keys: &TopicKeys,
     topic: &str,
-    requests: Vec<PublishBatch>,
+    requests: &[PublishBatch],
     dedupe_window: Duration,
 ) -> Result<Vec<Result<Vec<Published>>>> {
     let due_now = requests
@@ -46,65 +60,49 @@ pub async fn publish(
     broker
         .metrics
         .fetches_carried(CarriedBy::Publish, fetches.len());
-    let (store, keys) = (broker.store.clone(), keys.clone());
-    let publish = async move { store.publish(&keys, &requests, dedupe_window).await };
-    carrying(&broker.store, publish, fetches).await
+    let store = &broker.store;
+    carrying(store, store.publish(keys, requests, dedupe_window), fetches).await
 }
 
-/// Acks `leases` (with their entry ids when `listed`), with the fetches of
-/// the full local streams that held them right behind: the room it frees is
-/// taken at once. Returns the consumers whose fetch it carried, which need no
-/// other wake-up.
+/// Acks `leases` (with their entry ids when `listed`); with
+/// [`Carry::Fetches`], the fetches of the full local streams that held them
+/// go right behind, and the room it frees is taken at once. Returns the
+/// consumers whose fetch it carried, which need no other wake-up.
 pub async fn ack(
     broker: &Broker,
     keys: &TopicKeys,
     subscription: &str,
     leases: &[Lease],
     listed: bool,
+    carry: Carry,
 ) -> Result<(Acked, Vec<String>)> {
-    let taken = broker
-        .wakeups
-        .take_room_offers(leases.iter().map(|lease| lease.consumer.as_str()));
+    let taken = match carry {
+        Carry::Fetches => broker
+            .wakeups
+            .take_room_offers(leases.iter().map(|lease| lease.consumer.as_str())),
+        Carry::Nothing => Vec::new(),
+    };
     let (carried, fetches): (Vec<String>, Vec<Taken>) = taken.into_iter().unzip();
     broker
         .metrics
         .fetches_carried(CarriedBy::Ack, fetches.len());
-    let (store, keys) = (broker.store.clone(), keys.clone());
-    let (subscription, leases) = (subscription.to_owned(), leases.to_vec());
-    let ack = async move {
+    let store = &broker.store;
+    let ack = async {
         if listed {
-            store.ack_listed(&keys, &subscription, &leases).await
+            store.ack_listed(keys, subscription, leases).await
         } else {
-            store.ack(&keys, &subscription, &leases).await
+            store.ack(keys, subscription, leases).await
         }
     };
-    Ok((carrying(&broker.store, ack, fetches).await?, carried))
+    Ok((carrying(store, ack, fetches).await?, carried))
 }
 
 /// Runs `call`, then `fetches` right behind it: `join!` polls the call first,
-/// which queues its command on the connection first. With fetches, all of it
-/// runs in a task of its own, so that a caller that goes away (a cancelled
-/// RPC) cannot drop a fetch Redis made: its deliveries would wait out their
-/// lease unsent.
-async fn carrying<T: Send + 'static>(
-    store: &Store,
-    call: impl Future<Output = Result<T>> + Send + 'static,
-    fetches: Vec<Taken>,
-) -> Result<T> {
-    if fetches.is_empty() {
-        return call.await;
-    }
-    let store = store.clone();
-    let task = tokio::spawn(async move {
-        let fetches = fetches.into_iter().map(|taken| taken.fetch(&store));
-        let (out, ()) = tokio::join!(call, futures::future::join_all(fetches).map(drop));
-        out
-    });
-    match task.await {
-        Ok(out) => out,
-        Err(err) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),
-        Err(_cancelled) => Err(crate::error::Error::ShuttingDown),
-    }
+/// which queues its command on the connection first.
+async fn carrying<T>(store: &Store, call: impl Future<Output = T>, fetches: Vec<Taken>) -> T {
+    let fetches = fetches.into_iter().map(|taken| taken.fetch(store));
+    let (out, ()) = tokio::join!(call, futures::future::join_all(fetches).map(drop));
+    out
 }
 
 /// The fetch a waiting stream would make.

@@ -7,6 +7,7 @@ mod admin;
 mod budget;
 mod delivery;
 mod handoff;
+pub use handoff::Carry;
 pub mod promoter;
 pub mod publish_batches;
 pub mod registry_repair;
@@ -166,8 +167,9 @@ impl Broker {
     pub async fn publish(&self, topic: &str, request: PublishBatch) -> Result<Vec<Published>> {
         let (settings, dedupe_window) = self.before_publish(topic).await?;
         check_payloads(&settings, &request.messages)?;
-        let keys = TopicKeys::new(topic);
-        let published = handoff::publish(self, &keys, topic, vec![request], dedupe_window)
+        let published = self
+            .store
+            .publish(&TopicKeys::new(topic), &[request], dedupe_window)
             .await?
             .pop()
             .ok_or_else(|| Error::Corrupt("publish reply without a result".into()))??;
@@ -322,8 +324,16 @@ impl Broker {
     /// subscription they are refused as well ([`Error::LeaseLost`]), and the
     /// others applied.
     #[tracing::instrument(level = "debug", skip_all, fields(topic = %topic, subscription = %subscription))]
-    pub async fn ack(&self, topic: &str, subscription: &str, ack_ids: &[AckId]) -> Result<()> {
-        let (acked, ours) = self.apply_acks(topic, subscription, ack_ids, false).await?;
+    pub async fn ack(
+        &self,
+        topic: &str,
+        subscription: &str,
+        ack_ids: &[AckId],
+        carry: Carry,
+    ) -> Result<()> {
+        let (acked, ours) = self
+            .apply_acks(topic, subscription, ack_ids, false, carry)
+            .await?;
         if acked.ordered && acked.count < ack_ids.len() as u64 {
             let applied = applied_acks(ack_ids, &ours, acked.ids);
             return lost_leases(ack_ids, &vec![true; ack_ids.len()], &applied);
@@ -339,14 +349,18 @@ impl Broker {
         topic: &str,
         subscription: &str,
         ack_ids: &[AckId],
+        carry: Carry,
     ) -> Result<Vec<bool>> {
-        let (acked, ours) = self.apply_acks(topic, subscription, ack_ids, true).await?;
+        let (acked, ours) = self
+            .apply_acks(topic, subscription, ack_ids, true, carry)
+            .await?;
         Ok(applied_acks(ack_ids, &ours, acked.ids))
     }
 
     /// Acks the deliveries of `ack_ids` issued for this subscription (with
     /// their entry ids when `listed`), with the fetches of the full streams
-    /// whose room that frees right behind; counts the call, and wakes the
+    /// whose room that frees right behind if it may `carry` them (see
+    /// [`handoff`]); counts the call, and wakes the
     /// other streams whose room it freed and those that may take the entries
     /// it handed ordering keys to. Returns which ack ids were issued here.
     async fn apply_acks(
@@ -355,10 +369,12 @@ impl Broker {
         subscription: &str,
         ack_ids: &[AckId],
         listed: bool,
+        carry: Carry,
     ) -> Result<(Acked, Vec<bool>)> {
         let (leases, ours) = issued_for(ack_ids, topic, subscription);
         let keys = TopicKeys::new(topic);
-        let (acked, carried) = handoff::ack(self, &keys, subscription, &leases, listed).await?;
+        let (acked, carried) =
+            handoff::ack(self, &keys, subscription, &leases, listed, carry).await?;
         self.metrics.acked(topic, subscription, acked.count);
         self.metrics.ack_ids_ignored(
             topic,

@@ -140,10 +140,9 @@ async fn write(broker: &Broker, keys: &TopicKeys, topic: &str, jobs: Vec<Job>) {
     if requests.is_empty() {
         return;
     }
-    let count = requests.len();
-    let results = super::handoff::publish(broker, keys, topic, requests, dedupe_window).await;
+    let results = super::handoff::publish(broker, keys, topic, &requests, dedupe_window).await;
     let results = results.and_then(|results| {
-        if results.len() == count {
+        if results.len() == requests.len() {
             Ok(results)
         } else {
             Err(Error::Corrupt("publish reply of the wrong length".into()))

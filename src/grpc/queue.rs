@@ -3,7 +3,7 @@
 use super::targets::Target;
 use super::{authorized, convert, publish_stream, streaming_subscribe};
 use crate::auth::{Action, Authorizer, Caller};
-use crate::broker::Broker;
+use crate::broker::{Broker, Carry};
 use crate::config::Limits;
 use crate::error::Error;
 use crate::pb;
@@ -205,7 +205,10 @@ impl QueueService for QueueApi {
             ack_ids,
         } = request.into_inner();
         let ack_ids = convert::ack_ids(&topic, &subscription, &ack_ids, &self.limits)?;
-        self.broker.ack(&topic, &subscription, &ack_ids).await?;
+        // A unary call may be cancelled: it carries no fetches (see `Carry`).
+        self.broker
+            .ack(&topic, &subscription, &ack_ids, Carry::Nothing)
+            .await?;
         Ok(Response::new(pb::AckResponse {}))
     }
 

@@ -6,7 +6,7 @@
 use super::convert;
 use crate::auth::{Action, Authorizer, Caller, Resource};
 use crate::broker::ack_id::{self, AckId};
-use crate::broker::{Broker, FlowControl};
+use crate::broker::{Broker, Carry, FlowControl};
 use crate::config::Limits;
 use crate::error::{Error, Result};
 use crate::pb;
@@ -265,7 +265,9 @@ async fn apply(broker: Broker, stream: Lease, batch: Batch) -> Result<Option<pb:
     } = batch;
     if !acks.is_empty() {
         if confirm {
-            let applied = broker.ack_confirmed(topic, subscription, &acks).await?;
+            let applied = broker
+                .ack_confirmed(topic, subscription, &acks, Carry::Fetches)
+                .await?;
             sort(
                 acks,
                 applied,
@@ -273,7 +275,9 @@ async fn apply(broker: Broker, stream: Lease, batch: Batch) -> Result<Option<pb:
                 &mut confirmation.lost_ids,
             );
         } else {
-            broker.ack(topic, subscription, &acks).await?;
+            broker
+                .ack(topic, subscription, &acks, Carry::Fetches)
+                .await?;
         }
     }
     for (delay, ids) in nacks {

@@ -13,6 +13,7 @@
 
 pub mod cluster;
 pub mod load;
+pub mod metrics;
 pub mod ordering;
 pub mod security;
 pub mod sentinel;
