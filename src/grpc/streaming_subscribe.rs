@@ -116,6 +116,17 @@ impl Batch {
     }
 }
 
+/// A batch of acks being applied, with the confirmation to send, if asked for.
+type Applying = BoxFuture<'static, Result<Option<pb::AckConfirmation>>>;
+
+/// Lets a batch being applied finish: it may carry another stream's fetch
+/// (see `Carry`), whose deliveries would otherwise wait out their lease.
+async fn finish(applying: Option<Applying>) {
+    if let Some(applying) = applying {
+        let _ = applying.await;
+    }
+}
+
 impl Requests {
     async fn run(
         self,
@@ -123,7 +134,7 @@ impl Requests {
         mut inbound: Streaming<pb::StreamingSubscribeRequest>,
     ) {
         let mut batch = Batch::default();
-        let mut applying: Option<BoxFuture<'static, Result<Option<pb::AckConfirmation>>>> = None;
+        let mut applying: Option<Applying> = None;
         let mut open = true;
         if let Err(err) = self.take(first, &mut batch) {
             self.end(err).await;
@@ -144,6 +155,7 @@ impl Requests {
                 next = inbound.message(), if open && batch.ids() < MAX_WAITING_IDS => match next {
                     Ok(Some(request)) => {
                         if let Err(err) = self.take(request, &mut batch) {
+                            finish(applying).await;
                             self.end(err).await;
                             return;
                         }
@@ -172,7 +184,10 @@ impl Requests {
                         }
                     }
                 }
-                _ = self.confirmations.closed() => break,
+                _ = self.confirmations.closed() => {
+                    finish(applying).await;
+                    break;
+                }
             }
         }
         self.control.stop();
