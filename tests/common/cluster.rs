@@ -3,9 +3,11 @@
 //! started with the settings the README recommends for tests and failovers.
 //! Every node is SIGKILLed on drop.
 
+use std::collections::BTreeSet;
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
@@ -23,12 +25,20 @@ pub struct ClusterNode {
     child: Option<Child>,
 }
 
-/// A port nothing listens on now (the OS's choice for port 0).
+/// A port nothing listens on now (the OS's choice for port 0), and never
+/// handed out before in this process: the OS may offer a port again once its
+/// probe is closed, before the server it was for has bound it.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
+    static HANDED: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        if HANDED.lock().expect("ports lock").insert(port) {
+            return port;
+        }
+    }
 }
 
 /// The port of the node a `CLUSTER NODES` line is about (`id ip:port@bus …`).
@@ -140,9 +150,17 @@ impl RedisCluster {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("spawn redis-server");
+        // Up when its port answers as this process, not as another server
+        // that holds the port.
+        let ours = format!("process_id:{}", child.id());
         self.nodes[i].child = Some(child);
         let deadline = Instant::now() + STARTUP_TIMEOUT;
-        while cli(self.nodes[i].port, &["PING"]).trim() != "PONG" {
+        let answers_as_ours = |port| {
+            cli(port, &["INFO", "server"])
+                .lines()
+                .any(|line| line.trim() == ours)
+        };
+        while !answers_as_ours(self.nodes[i].port) {
             assert!(Instant::now() < deadline, "node {i} did not start");
             std::thread::sleep(Duration::from_millis(20));
         }

@@ -2,7 +2,6 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::time::Duration;
 
 /// One sample of the text exposition: `name{labels} value`.
 #[derive(Debug)]
@@ -79,19 +78,7 @@ fn parse(text: &str) -> Vec<Sample> {
 
 /// `GET /metrics` over HTTP/1.0; checks the status and content type.
 pub async fn scrape(addr: SocketAddr) -> Scrape {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let exchange = async {
-        let mut conn = tokio::net::TcpStream::connect(addr).await?;
-        conn.write_all(format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
-            .await?;
-        let mut response = Vec::new();
-        conn.read_to_end(&mut response).await?;
-        Ok::<_, std::io::Error>(response)
-    };
-    let response = tokio::time::timeout(Duration::from_secs(10), exchange)
-        .await
-        .expect("GET /metrics timed out")
-        .expect("GET /metrics");
+    let response = super::http_get_response(addr, "/metrics").await;
     let response = String::from_utf8(response).expect("UTF-8 response");
     let (head, body) = response.split_once("\r\n\r\n").expect("HTTP head");
     assert!(head.starts_with("HTTP/1.0 200"), "{head}");

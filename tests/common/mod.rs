@@ -896,19 +896,7 @@ pub async fn http_get(addr: SocketAddr, path: &str) -> u16 {
 
 /// `GET <path>` over HTTP/1.0; returns the status code and the body.
 pub async fn http_get_with_body(addr: SocketAddr, path: &str) -> (u16, String) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let exchange = async {
-        let mut conn = tokio::net::TcpStream::connect(addr).await?;
-        conn.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
-            .await?;
-        let mut response = Vec::new();
-        conn.read_to_end(&mut response).await?;
-        Ok::<_, std::io::Error>(response)
-    };
-    let response = tokio::time::timeout(Duration::from_secs(10), exchange)
-        .await
-        .unwrap_or_else(|_| panic!("GET {path} on {addr} timed out"))
-        .unwrap_or_else(|e| panic!("GET {path} on {addr}: {e}"));
+    let response = http_get_response(addr, path).await;
     let head = String::from_utf8_lossy(&response);
     let status_line = head.lines().next().unwrap_or_default();
     let status = status_line
@@ -920,6 +908,23 @@ pub async fn http_get_with_body(addr: SocketAddr, path: &str) -> (u16, String) {
         .split_once("\r\n\r\n")
         .map_or_else(String::new, |(_, body)| body.to_owned());
     (status, body)
+}
+
+/// The whole response (head and body) to `GET <path>` over HTTP/1.0.
+pub async fn http_get_response(addr: SocketAddr, path: &str) -> Vec<u8> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let exchange = async {
+        let mut conn = tokio::net::TcpStream::connect(addr).await?;
+        conn.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+            .await?;
+        let mut response = Vec::new();
+        conn.read_to_end(&mut response).await?;
+        Ok::<_, std::io::Error>(response)
+    };
+    tokio::time::timeout(Duration::from_secs(10), exchange)
+        .await
+        .unwrap_or_else(|_| panic!("GET {path} on {addr} timed out"))
+        .unwrap_or_else(|e| panic!("GET {path} on {addr}: {e}"))
 }
 
 /// Polls `GET path` until it returns `want` (panics after `EVENTUALLY`).
