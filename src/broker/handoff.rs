@@ -1,4 +1,4 @@
-//! Fetches that ride along with a publish.
+//! Fetches that ride along with a publish or an ack.
 //!
 //! A stream with room that waits for new entries leaves an offer with its
 //! subscription. The writer of the topic's next publish takes one offer of
@@ -8,6 +8,9 @@
 //! message reaches its stream without waiting for the watcher's wake-up and
 //! a fetch of the stream's own, one Redis round trip (and one Redis wake-up)
 //! fewer between publish and delivery.
+//!
+//! A full stream leaves its offer with its consumer instead, and the ack that
+//! frees its room carries its fetch the same way: the room is taken at once.
 //!
 //! An offer is only a shortcut. A stream whose offer nobody took fetches on
 //! its turn as before, and one whose fetch was taken waits for that result
