@@ -25,7 +25,7 @@ use super::Broker;
 use crate::error::Result;
 use crate::metrics::CarriedBy;
 use crate::store::leases::{Acked, ConsumerSpec, Fetched, Lease};
-use crate::store::stream::{Due, PublishBatch, Published};
+use crate::store::stream::{Due, PublishBatch, RequestResults};
 use crate::store::{Store, TopicKeys};
 use futures::FutureExt;
 use std::collections::VecDeque;
@@ -51,7 +51,7 @@ pub async fn publish(
     topic: &str,
     requests: &[PublishBatch],
     dedupe_window: Duration,
-) -> Result<Vec<Result<Vec<Published>>>> {
+) -> Result<RequestResults> {
     let due_now = requests
         .iter()
         .any(|request| request.messages.iter().any(|m| m.due == Due::Now));

@@ -40,6 +40,10 @@ pub enum Due {
     After(Duration),
 }
 
+/// One result per publish request, in request order: a request that breaks
+/// a limit (or reuses a dedupe id for another number of messages) fails alone.
+pub type RequestResults = Vec<Result<Vec<Published>>>;
+
 /// The outcome of publishing one message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Published {
@@ -265,7 +269,7 @@ impl Store {
         keys: &TopicKeys,
         requests: &[PublishBatch],
         dedupe_window: Duration,
-    ) -> Result<Vec<Result<Vec<Published>>>> {
+    ) -> Result<RequestResults> {
         let plain = requests
             .iter()
             .flat_map(|request| &request.messages)
@@ -282,7 +286,7 @@ impl Store {
         keys: &TopicKeys,
         requests: &[PublishBatch],
         dedupe_window: Duration,
-    ) -> Result<Vec<Result<Vec<Published>>>> {
+    ) -> Result<RequestResults> {
         let mut invocation = APPEND_MESSAGES.key(keys.stream());
         invocation
             .key(keys.settings())
@@ -343,7 +347,7 @@ impl Store {
         keys: &TopicKeys,
         requests: &[PublishBatch],
         dedupe_window: Duration,
-    ) -> Result<Vec<Result<Vec<Published>>>> {
+    ) -> Result<RequestResults> {
         let mut invocation = PUBLISH_MESSAGES.key(keys.stream());
         invocation
             .key(keys.scheduled())
