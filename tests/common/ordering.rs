@@ -57,9 +57,11 @@ pub enum Event {
         seq: usize,
         id: String,
         attempt: u32,
-        /// The server refused what the consumer did with it: its lease had
-        /// ended before the consumer read it (it waited in the stream's
-        /// buffers), so it says nothing about when the lease was held.
+        /// No verdict of the server tells that the consumer read it while
+        /// its lease was held: the server refused what the consumer did with
+        /// it (its lease had ended while it waited in the stream's buffers),
+        /// or the consumer abandoned it. A delivery read late says nothing
+        /// about when its lease was held, so the checks leave these out.
         stale: bool,
     },
     /// Logged before the call that ends the lease is sent, so that the next
@@ -459,12 +461,14 @@ pub async fn random_consumer(
                     for m in mine.drain(..) {
                         history.ended(&m, Done::Abandoned);
                     }
+                    history.stale(delivered);
                     continue 'streams;
                 }
                 let roll = roll - mix.disconnect;
                 let (topic, sub) = (topic.clone(), sub.clone());
                 if roll < mix.expire {
                     history.ended(&m, Done::Abandoned);
+                    history.stale(delivered);
                 } else if roll < mix.expire + mix.nack + mix.nack_delay {
                     history.ended(&m, Done::Nacked);
                     let delay = (roll >= mix.expire + mix.nack)
