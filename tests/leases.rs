@@ -48,6 +48,47 @@ async fn unacked_message_is_redelivered_after_deadline_not_before() {
     assert_no_message_within(&mut stream, deadline * 3).await;
 }
 
+/// The fetch that hands out a delivery tells its stream when the lease ends,
+/// and the stream comes back then. Were that lost, only the safety-net
+/// recheck (every 5 s) would bring the redelivery: the bound below sits
+/// between the two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_stream_gets_an_expired_lease_back_at_its_deadline_not_at_the_recheck() {
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis.url(), &[]).await;
+    let mut client = server.client().await;
+
+    let ids = publish(&mut client, TOPIC, ["job"]).await;
+    let deadline = Duration::from_secs(1);
+    let backoff = Duration::from_millis(100);
+    let mut stream = subscribe(
+        &mut client,
+        TOPIC,
+        SUB,
+        Sub::deadline(deadline).retry(backoff, backoff),
+    )
+    .await;
+    let mut delivered = expect_messages(&mut stream, 1).await;
+    let mut delivered_at = Instant::now();
+    for attempt in 2..=4 {
+        let again = expect_messages(&mut stream, 1).await;
+        let waited = delivered_at.elapsed();
+        delivered_at = Instant::now();
+        assert_eq!(ids_of(&again), ids);
+        assert_eq!(again[0].delivery_attempt, attempt, "{again:?}");
+        let bound = deadline + backoff + Duration::from_millis(2500);
+        assert!(
+            waited < bound,
+            "attempt {attempt} came {waited:?} after the last, past {bound:?}: \
+             the stream waited for the recheck, not for the lease's end"
+        );
+        delivered = again;
+    }
+    ack(&mut client, TOPIC, SUB, ack_ids_of(&delivered))
+        .await
+        .expect("ack");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extended_lease_is_not_redelivered_until_extension_stops() {
     let redis = RedisServer::start();

@@ -114,7 +114,20 @@ end
 -- A full consumer still settles due timers: its own ended leases make room.
 room = max_outstanding - owned()
 
-local due = redis.call('ZRANGEBYSCORE', timers, '-inf', now, 'LIMIT', 0, limit)
+-- The earliest timer first: mostly none is due, and then it alone gives the
+-- wait at the end.
+local due, next_at = {}, nil
+local earliest = redis.call('ZRANGE', timers, 0, 0, 'WITHSCORES')
+if earliest[1] then
+  if tonumber(earliest[2]) > now then
+    next_at = tonumber(earliest[2])
+  else
+    due = redis.call('ZRANGEBYSCORE', timers, '-inf', now, 'LIMIT', 0, limit)
+  end
+end
+-- Timers this call sets when none was due are all at `deadline`.
+local timer_set = false
+
 for _, member in ipairs(due) do
   if ended >= limit and #out >= limit then break end
   local holder, first, last = string.match(member, '^b/(.+)/([%d%-]+)/([%d%-]+)$')
@@ -148,6 +161,7 @@ while o.on() and not full() do
   local fits = math.max(1, math.floor((max_bytes - bytes) / max_entry))
   local got, taken = take_ready(o, consumer, math.min(room, limit - #out, fits), deadline)
   if taken == 0 then break end
+  timer_set = true
   for _, d in ipairs(got) do
     out[#out + 1] = d
     room = room - 1
@@ -203,6 +217,7 @@ while not full() and not (o.on() and blocked >= o.max_blocked) do
 end
 if first_new then
   redis.call('ZADD', timers, deadline, 'b/' .. consumer .. '/' .. first_new .. '/' .. last_new)
+  timer_set = true
 end
 
 -- Wait until the next timer in the future. Due timers left behind are
@@ -211,6 +226,11 @@ end
 local wait = -1
 if ended >= limit then
   wait = 0
+elseif #due == 0 then
+  -- Nothing settled: the timers are those read above, and this call's.
+  local at = next_at
+  if timer_set and (at == nil or deadline < at) then at = deadline end
+  if at then wait = at - now end
 else
   local next = redis.call('ZRANGEBYSCORE', timers, '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
   if next[1] then wait = tonumber(next[2]) - now end
