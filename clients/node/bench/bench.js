@@ -18,7 +18,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { connect, Publisher, Subscriber } from '../index.js';
-import { MEASURED, WARM, cpuNow, procCpu, rawStub, stampedPayload, unary, wallClock } from './common.js';
+import { MEASURED, WARM, cpuNow, procCpu, rawStub, stampedPayload, unary, sharedClock } from './common.js';
 
 const { values: opts } = parseArgs({
   options: {
@@ -236,7 +236,7 @@ async function endToEnd(addr, mode, publisherOptions) {
   let warmed = false;
   warm.then(() => (warmed = true));
   while (!warmed) {
-    const payload = stampedPayload(wallClock());
+    const payload = stampedPayload(sharedClock());
     payload[8] = WARM;
     await publish(payload);
     await Promise.race([warm, sleep(10)]);
@@ -252,7 +252,7 @@ async function endToEnd(addr, mode, publisherOptions) {
     for (let sent = 0; sent < COUNT; ) {
       const due = Math.min(COUNT, Math.floor(((performance.now() - start) * RATE) / 1000) + 1);
       while (sent < due) {
-        const payload = stampedPayload(wallClock());
+        const payload = stampedPayload(sharedClock());
         payload[8] = MEASURED;
         pending.push(publish(payload));
         sent++;

@@ -1,12 +1,12 @@
 // The consumer of the end-to-end benchmark, a process of its own (forked by
 // bench.js, talking over the IPC channel): it subscribes with the library or
 // the raw stubs, tells the producer once a warm-up message came through,
-// then records for each measured message the handler's wall-clock time minus
+// then records for each measured message the handler's time on the shared clock minus
 // the producer's stamp in its payload, and reports the percentiles and its
 // own CPU time.
 
 import { Subscriber } from '../index.js';
-import { WARM, cpuNow, quantile, rawStub, unary, wallClock } from './common.js';
+import { WARM, cpuNow, quantile, rawStub, unary, sharedClock } from './common.js';
 
 function run({ addr, topic, subscription, count, mode }) {
   const latencies = new Float64Array(count);
@@ -18,7 +18,7 @@ function run({ addr, topic, subscription, count, mode }) {
 
   // Called with each payload as it reaches the handler.
   const onPayload = (payload) => {
-    const now = wallClock();
+    const now = sharedClock();
     if (payload[8] === WARM) {
       if (!warm) {
         warm = true;
