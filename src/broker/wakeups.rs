@@ -389,6 +389,11 @@ fn announce_entries(subscriptions: &Mutex<HashMap<String, Subscription>>, newest
     }
 }
 
+/// Full watcher reads in a row after which the watcher skips to the newest
+/// entry: a burst, not a steady rate. At 2,000 msg/s, skipping after two
+/// made 0.15 extra round trips per message.
+const FULL_READS_BEFORE_SKIP: u32 = 4;
+
 /// Gives out turns whenever the topic's stream gets a new entry, reconnecting
 /// with backoff for as long as the topic has local subscribers.
 async fn watch_stream(
@@ -416,7 +421,7 @@ async fn follow_stream(
     *retry = RETRY_MIN;
     // Entries may have arrived while this watcher was (re)connecting.
     give_turns(subscriptions);
-    // Reads in a row that found the watcher behind.
+    // Full reads in a row: the watcher may be behind.
     let mut behind = 0;
     loop {
         let new = store.wait_for_entries_after(&mut conn, keys, &last).await?;
@@ -430,9 +435,11 @@ async fn follow_stream(
         } else {
             behind + 1
         };
-        last = if behind < 2 {
-            // Once behind is common at a steady rate (two entries came while
-            // this watcher was away): reading on costs no more than a skip.
+        last = if behind < FULL_READS_BEFORE_SKIP {
+            // A full read is common at a steady rate (two entries came while
+            // this watcher was away, or one publish wrote two), and mostly
+            // the watcher has caught up with it: reading on costs nothing,
+            // a skip costs a round trip.
             newest_read.clone()
         } else {
             // Behind again (a burst): skip to the newest entry, as the
