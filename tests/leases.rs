@@ -89,6 +89,28 @@ async fn an_idle_stream_gets_an_expired_lease_back_at_its_deadline_not_at_the_re
         .expect("ack");
 }
 
+/// Acking what a fetch handed out alone takes that fetch's timer away too:
+/// at a low rate most fetches hand out one message, and their timers would
+/// otherwise stay in Redis for a whole lease, to be settled by a fetch then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acking_messages_one_by_one_leaves_no_timer_behind() {
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis.url(), &[]).await;
+    let mut client = server.client().await;
+    let deadline = Sub::deadline(Duration::from_secs(600));
+    let mut stream = subscribe(&mut client, TOPIC, SUB, deadline).await;
+    for n in 0..5 {
+        publish(&mut client, TOPIC, [format!("job-{n}")]).await;
+        let delivered = expect_messages(&mut stream, 1).await;
+        ack(&mut client, TOPIC, SUB, ack_ids_of(&delivered))
+            .await
+            .expect("ack");
+    }
+    let timers = format!("redq:{{{TOPIC}}}:sub:{SUB}:timers");
+    let left = redis.cli(&["ZRANGE", &timers, "0", "-1"]);
+    assert_eq!(left.trim(), "", "timers left after every ack: {left}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extended_lease_is_not_redelivered_until_extension_stops() {
     let redis = RedisServer::start();

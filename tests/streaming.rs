@@ -542,6 +542,14 @@ async fn fetches_carried(server: &TestServer, by: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// Ack batches applied in the script call of a fetch, not a call of their own.
+async fn ack_batches_riding(server: &TestServer) -> f64 {
+    common::metrics::scrape(server.metrics_addr)
+        .await
+        .get("redq_ack_batches_riding_total", &[])
+        .unwrap_or(0.0)
+}
+
 /// A stream with room waits with an offer: each message published on a
 /// PublishStream comes with the fetch its publish carried, and the watcher's
 /// turn for the same entry is skipped, so each message costs one fetch.
@@ -599,6 +607,7 @@ async fn a_full_stream_takes_the_room_an_ack_frees_by_the_fetch_the_ack_carried(
     let mut got = payloads_of(&held);
     let fetches_before = redis.calls_of("xreadgroup");
     let carried_before = fetches_carried(&server, "ack").await;
+    let rode_before = ack_batches_riding(&server).await;
     for _ in 1..BACKLOG {
         tokio::time::sleep(Duration::from_millis(20)).await;
         stream
@@ -612,8 +621,13 @@ async fn a_full_stream_takes_the_room_an_ack_frees_by_the_fetch_the_ack_carried(
     }
     let fetches = redis.calls_of("xreadgroup") - fetches_before;
     let carried = fetches_carried(&server, "ack").await - carried_before;
+    let rode = ack_batches_riding(&server).await - rode_before;
     let taken = BACKLOG - 1;
-    println!("{taken} messages after the first: {fetches} fetches, {carried} carried by acks");
+    println!(
+        "{taken} messages after the first: {fetches} fetches, {carried} carried by acks, \
+         {rode} ack batches in those fetches' calls"
+    );
+    assert_eq!(rode, carried, "each carried fetch took its ack along");
     assert_eq!(
         got,
         payloads("b", BACKLOG),
@@ -636,4 +650,67 @@ async fn a_full_stream_takes_the_room_an_ack_frees_by_the_fetch_the_ack_carried(
     let last = stream.messages(1, EVENTUALLY).await;
     assert_eq!(payloads_of(&last), ["after"]);
     assert_eq!(fetches_carried(&server, "ack").await, before);
+}
+
+/// At a steady rate a stream with room acks each message as the next one is
+/// published: the ack waits for that publish and goes first in the fetch the
+/// publish carries, one script call instead of two. Every ack is applied all
+/// the same: nothing acked comes back after its deadline, and a confirmed
+/// ack lists what it acked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acks_of_a_stream_with_room_ride_on_the_fetch_the_next_publish_carries() {
+    const ROUNDS: u64 = 50;
+    let deadline = Duration::from_secs(2);
+    let (redis, server, mut client) = start().await;
+    let mut stream = SubStream::open(&mut client, "t", "s", Sub::deadline(deadline)).await;
+    let mut publisher = PublishStream::open(&mut client).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    publisher.send(0, "t", vec![message("m0")]).await;
+    publisher.answers(1).await;
+    let mut held = stream.messages(1, EVENTUALLY).await;
+    let scripts_before = redis.calls_of("evalsha");
+    let rode_before = ack_batches_riding(&server).await;
+    for round in 1..ROUNDS {
+        // The ack, and at once the next message.
+        stream
+            .send(pb::StreamingSubscribeRequest {
+                ack_ids: ack_ids_of(&held),
+                ..Default::default()
+            })
+            .await;
+        publisher
+            .send(round, "t", vec![message(format!("m{round}"))])
+            .await;
+        publisher.answers(1).await;
+        held = stream.messages(1, EVENTUALLY).await;
+        assert_eq!(payloads_of(&held), [format!("m{round}")]);
+    }
+    let scripts = redis.calls_of("evalsha") - scripts_before;
+    let rode = ack_batches_riding(&server).await - rode_before;
+    let rounds = ROUNDS - 1;
+    println!("{rounds} messages: {scripts} script calls, {rode} ack batches rode on a fetch");
+    assert!(rode >= 1.0, "no ack rode on a fetch in {rounds} rounds");
+
+    // The last ack, confirmed, rides on the last publish's fetch all the same.
+    let last = held[0].ack_id.clone();
+    stream
+        .send(pb::StreamingSubscribeRequest {
+            ack_ids: vec![last.clone()],
+            confirm: true,
+            ..Default::default()
+        })
+        .await;
+    publisher.send(ROUNDS, "t", vec![message("end")]).await;
+    publisher.answers(1).await;
+    let confirmation = stream.confirmation().await;
+    assert_eq!(confirmation.acked_ids, [last]);
+    // Whatever was acked stays acked: only the unacked "end" comes back.
+    let again = stream.messages(1, deadline * 3).await;
+    assert_eq!(payloads_of(&again), ["end"], "{again:?}");
+    let more = stream.messages(1, deadline * 2).await;
+    assert!(
+        more.iter()
+            .all(|m| payloads_of(std::slice::from_ref(m)) == ["end"]),
+        "an acked message came back: {more:?}"
+    );
 }

@@ -372,9 +372,8 @@ impl Broker {
         carry: Carry,
     ) -> Result<(Acked, Vec<bool>)> {
         let (leases, ours) = issued_for(ack_ids, topic, subscription);
-        let keys = TopicKeys::new(topic);
         let (acked, carried) =
-            handoff::ack(self, &keys, subscription, &leases, listed, carry).await?;
+            handoff::ack(self, (topic, subscription), &leases, listed, carry).await?;
         self.metrics.acked(topic, subscription, acked.count);
         self.metrics.ack_ids_ignored(
             topic,

@@ -272,6 +272,20 @@ impl Wakeups {
             .collect()
     }
 
+    /// The offers of `topic`'s `subscription`'s waiting streams here, if it
+    /// has local streams: where its acks wait to ride on the next.
+    pub fn subscription_offers(&self, topic: &str, subscription: &str) -> Option<Arc<Offers>> {
+        let topics = self.inner.topics.lock().expect("wakeups lock");
+        let subscriptions = topics
+            .get(topic)?
+            .subscriptions
+            .lock()
+            .expect("wakeups lock");
+        subscriptions
+            .get(subscription)
+            .map(|local| local.offers.clone())
+    }
+
     /// Takes the offers that full local streams among `consumers` left,
     /// for an ack that frees their room to carry their fetches.
     pub fn take_room_offers<'a>(

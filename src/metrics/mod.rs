@@ -93,6 +93,7 @@ struct Inner {
     nacked: Family<SubscriptionLabels, Counter>,
     dead_lettered: Family<SubscriptionLabels, Counter>,
     fetches_carried: Family<CarriedLabels, Counter>,
+    acks_rode: Counter,
     publish_duration: Family<RpcLabels, Histogram>,
     lateness: Histogram,
     stream_length: Family<TopicLabels, Gauge>,
@@ -133,6 +134,7 @@ impl Metrics {
             nacked: Family::default(),
             dead_lettered: Family::default(),
             fetches_carried: Family::default(),
+            acks_rode: Counter::default(),
             publish_duration,
             lateness,
             stream_length: Family::default(),
@@ -205,6 +207,11 @@ impl Metrics {
             "redq_fetches_carried",
             "Fetches of waiting Subscribe streams sent right behind a publish (by=publish) or the ack that freed their room (by=ack), one Redis round trip fewer to delivery",
             inner.fetches_carried.clone(),
+        );
+        r.register(
+            "redq_ack_batches_riding",
+            "Ack batches of StreamingSubscribe streams applied in the script call of a fetch of their subscription (one a publish carried, or one the ack carried) instead of a call of their own",
+            inner.acks_rode.clone(),
         );
         r.register(
             "redq_publish_duration_seconds",
@@ -341,6 +348,10 @@ impl Metrics {
             let labels = self.subscription_labels(topic, subscription);
             self.inner.acked.get_or_create(&labels).inc_by(count);
         }
+    }
+
+    pub fn acks_rode(&self) {
+        self.inner.acks_rode.inc();
     }
 
     pub fn fetches_carried(&self, by: CarriedBy, count: usize) {

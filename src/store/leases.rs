@@ -5,8 +5,8 @@
 //! the dead letters after its last attempt) before the next consumer gets it.
 
 use super::scripts::{
-    ACK, END_LEASES, ENSURE_SUBSCRIPTION, EXTEND_LEASES, FETCH_DELIVERIES, PRUNE_CONSUMERS,
-    RELEASE_CONSUMER, RETURN_UNSENT,
+    ACK, END_LEASES, ENSURE_SUBSCRIPTION, EXTEND_LEASES, FETCH_DELIVERIES, Invocation,
+    PRUNE_CONSUMERS, RELEASE_CONSUMER, RETURN_UNSENT,
 };
 use super::stream::{Entry, GroupStart, as_array, as_int, decode_entry, parse_entry_id};
 use super::topics::SubscriptionSettings;
@@ -41,8 +41,19 @@ pub struct Fetched {
     /// fetch; more may be waiting.
     pub more_waiting: bool,
     /// Ordering keys the fetch handed to their next entry (an entry
-    /// dead-lettered or gone): deliveries another stream may take.
+    /// dead-lettered or gone, or acked by riding acks): deliveries another
+    /// stream may take.
     pub keys_handed: u64,
+    /// What the acks that rode on the fetch did, if any rode.
+    pub acked: Option<Result<Acked>>,
+}
+
+/// Acks to apply: leases of one subscription.
+#[derive(Debug, Clone, Default)]
+pub struct AckRequest {
+    pub leases: Vec<Lease>,
+    /// Whether the entry ids of the deliveries acked are wanted.
+    pub listed: bool,
 }
 
 /// What an ack did.
@@ -135,9 +146,31 @@ impl Store {
     /// all (one may go past it): expired leases first, then new entries,
     /// within its room; each gets a lease of `spec.lease`.
     pub async fn fetch(&self, spec: &ConsumerSpec, limit: u32, max_bytes: u64) -> Result<Fetched> {
-        let mut conn = self.shared();
-        let reply: Value = FETCH_DELIVERIES
-            .key(&spec.keys.lease_keys(&spec.group)[..])
+        self.fetch_script(spec, limit, max_bytes, None).await
+    }
+
+    /// Applies `acks` (of the same subscription), then fetches as
+    /// [`Self::fetch`] does, in one script call: the room the acks free is
+    /// taken at once. What the acks did is in [`Fetched::acked`].
+    pub async fn ack_and_fetch(
+        &self,
+        acks: &AckRequest,
+        spec: &ConsumerSpec,
+        limit: u32,
+        max_bytes: u64,
+    ) -> Result<Fetched> {
+        self.fetch_script(spec, limit, max_bytes, Some(acks)).await
+    }
+
+    async fn fetch_script(
+        &self,
+        spec: &ConsumerSpec,
+        limit: u32,
+        max_bytes: u64,
+        acks: Option<&AckRequest>,
+    ) -> Result<Fetched> {
+        let mut invocation = FETCH_DELIVERIES.key(&spec.keys.lease_keys(&spec.group)[..]);
+        invocation
             .arg(&spec.group)
             .arg(&spec.consumer)
             .arg(spec.max_outstanding)
@@ -145,42 +178,30 @@ impl Store {
             .arg(spec.lease.as_millis() as u64)
             .arg(max_bytes)
             .arg(spec.max_message_bytes)
-            .arg(u8::from(spec.ordered))
+            .arg(u8::from(spec.ordered));
+        if let Some(acks) = acks {
+            invocation.arg(ack_reply(acks.listed));
+            ack_args(&mut invocation, &acks.leases);
+        }
+        let mut conn = self.shared();
+        let reply: Value = invocation
             .invoke_async(&mut conn)
             .await
             .map_err(group_missing_is_not_found)?;
-        let mut reply = as_array(reply)?.into_iter();
-        let wait = as_int(reply.next().unwrap_or(Value::Nil))?;
-        let mut deliveries = Vec::new();
-        for item in as_array(reply.next().unwrap_or(Value::Nil))? {
-            let mut parts = as_array(item)?.into_iter();
-            let (Some(id), Some(count), Some(fields)) = (parts.next(), parts.next(), parts.next())
-            else {
-                return Err(Error::Corrupt("short delivery in fetch reply".into()));
-            };
-            let attempt = u32::try_from(as_int(count)?).unwrap_or(u32::MAX);
-            deliveries.push((decode_entry(id, fields)?, attempt));
+        let mut fetched = decode_fetched(reply)?;
+        if let Some(acked) = &mut fetched.acked
+            && let Err(err) = self.replicated(&mut conn, &spec.keys.stream()).await
+        {
+            // The deliveries are leased all the same: only the acks failed.
+            *acked = Err(err);
         }
-        let room = as_int(reply.next().unwrap_or(Value::Nil))?;
-        let now_ms = as_int(reply.next().unwrap_or(Value::Nil))?;
-        let dead_lettered = as_int(reply.next().unwrap_or(Value::Int(0)))?;
-        let more_waiting = as_int(reply.next().unwrap_or(Value::Int(0)))? == 1;
-        let keys_handed = as_int(reply.next().unwrap_or(Value::Int(0)))?;
-        Ok(Fetched {
-            more_waiting,
-            keys_handed: u64::try_from(keys_handed).unwrap_or(0),
-            deliveries,
-            next_expiry: u64::try_from(wait).ok().map(Duration::from_millis),
-            has_room: room > 0,
-            now_ms: u64::try_from(now_ms).unwrap_or(0),
-            dead_lettered: u64::try_from(dead_lettered).unwrap_or(0),
-        })
+        Ok(fetched)
     }
 
     /// Acknowledges the deliveries still held by their consumer: they leave
     /// the subscription's pending list for good.
     pub async fn ack(&self, keys: &TopicKeys, group: &str, leases: &[Lease]) -> Result<Acked> {
-        self.ack_script(keys, group, leases, "n").await
+        self.ack_script(keys, group, leases, false).await
     }
 
     /// Like [`Self::ack`], with the entry ids of the deliveries acked.
@@ -190,7 +211,7 @@ impl Store {
         group: &str,
         leases: &[Lease],
     ) -> Result<Acked> {
-        self.ack_script(keys, group, leases, "i").await
+        self.ack_script(keys, group, leases, true).await
     }
 
     async fn ack_script(
@@ -198,33 +219,19 @@ impl Store {
         keys: &TopicKeys,
         group: &str,
         leases: &[Lease],
-        reply: &str,
+        listed: bool,
     ) -> Result<Acked> {
         let mut invocation = ACK.key(&keys.lease_keys(group)[..]);
-        invocation.arg(group).arg(reply);
-        for (consumer, held) in by_consumer(leases) {
-            let (first, last) = (&held[0].0, &held[held.len() - 1].0);
-            invocation
-                .arg(consumer)
-                .arg(first)
-                .arg(last)
-                .arg(held.len());
-            for (id, attempt) in held {
-                invocation.arg(id).arg(attempt);
-            }
-        }
+        invocation.arg(group).arg(ack_reply(listed));
+        ack_args(&mut invocation, leases);
         let mut conn = self.shared();
-        let (count, ids, ordered, keys_handed): (u64, Vec<String>, u8, u64) = invocation
+        let reply: Value = invocation
             .invoke_async(&mut conn)
             .await
             .map_err(group_missing_is_not_found)?;
+        let acked = decode_acked(reply)?;
         self.replicated(&mut conn, &keys.stream()).await?;
-        Ok(Acked {
-            count,
-            ids,
-            ordered: ordered == 1,
-            keys_handed,
-        })
+        Ok(acked)
     }
 
     /// Sets each lease still held by its consumer to end `lease` from now.
@@ -275,7 +282,7 @@ impl Store {
     /// triple per lease after its other arguments.
     async fn with_leases<T: redis::FromRedisValue>(
         &self,
-        mut invocation: super::scripts::Invocation<'_>,
+        mut invocation: Invocation<'_>,
         leases: &[Lease],
     ) -> Result<T> {
         for held in leases {
@@ -342,6 +349,79 @@ impl Store {
 
 /// Leases grouped by consumer, each group's (entry id, delivery count) in
 /// entry id order; ids that are not entry ids are left out (they hold nothing).
+/// Decodes fetch_deliveries.lua's reply.
+fn decode_fetched(reply: Value) -> Result<Fetched> {
+    let mut reply = as_array(reply)?.into_iter();
+    let wait = as_int(reply.next().unwrap_or(Value::Nil))?;
+    let mut deliveries = Vec::new();
+    for item in as_array(reply.next().unwrap_or(Value::Nil))? {
+        let mut parts = as_array(item)?.into_iter();
+        let (Some(id), Some(count), Some(fields)) = (parts.next(), parts.next(), parts.next())
+        else {
+            return Err(Error::Corrupt("short delivery in fetch reply".into()));
+        };
+        let attempt = u32::try_from(as_int(count)?).unwrap_or(u32::MAX);
+        deliveries.push((decode_entry(id, fields)?, attempt));
+    }
+    let room = as_int(reply.next().unwrap_or(Value::Nil))?;
+    let now_ms = as_int(reply.next().unwrap_or(Value::Nil))?;
+    let dead_lettered = as_int(reply.next().unwrap_or(Value::Int(0)))?;
+    let more_waiting = as_int(reply.next().unwrap_or(Value::Int(0)))? == 1;
+    let keys_handed = as_int(reply.next().unwrap_or(Value::Int(0)))?;
+    // Empty without riding acks.
+    let acks = as_array(reply.next().unwrap_or(Value::Nil))?;
+    let acked = if acks.is_empty() {
+        None
+    } else {
+        Some(decode_acked(Value::Array(acks)))
+    };
+    Ok(Fetched {
+        acked,
+        more_waiting,
+        keys_handed: u64::try_from(keys_handed).unwrap_or(0),
+        deliveries,
+        next_expiry: u64::try_from(wait).ok().map(Duration::from_millis),
+        has_room: room > 0,
+        now_ms: u64::try_from(now_ms).unwrap_or(0),
+        dead_lettered: u64::try_from(dead_lettered).unwrap_or(0),
+    })
+}
+
+/// Decodes ack.lua's reply (also the last part of a fetch's with riding acks).
+fn decode_acked(reply: Value) -> Result<Acked> {
+    let (count, ids, ordered, keys_handed): (u64, Vec<String>, u8, u64) =
+        redis::from_redis_value(reply)
+            .map_err(|err| Error::Corrupt(format!("ack reply: {err}")))?;
+    Ok(Acked {
+        count,
+        ids,
+        ordered: ordered == 1,
+        keys_handed,
+    })
+}
+
+/// What ack.lua is to return: the count, or the entry ids too.
+fn ack_reply(listed: bool) -> &'static str {
+    if listed { "i" } else { "n" }
+}
+
+/// Adds `leases` to a script call as ack.lua reads them: per consumer, the
+/// consumer, its first and last entry id, n, then n pairs of entry id and
+/// delivery count.
+fn ack_args(invocation: &mut Invocation<'_>, leases: &[Lease]) {
+    for (consumer, held) in by_consumer(leases) {
+        let (first, last) = (&held[0].0, &held[held.len() - 1].0);
+        invocation
+            .arg(consumer)
+            .arg(first)
+            .arg(last)
+            .arg(held.len());
+        for (id, attempt) in held {
+            invocation.arg(id).arg(attempt);
+        }
+    }
+}
+
 fn by_consumer(leases: &[Lease]) -> BTreeMap<&str, Vec<(String, u32)>> {
     // (ms, seq) of each entry id and its delivery count, per consumer.
     type Held = Vec<((u64, u64), u32)>;

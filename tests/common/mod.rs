@@ -180,17 +180,22 @@ impl RedisServer {
     /// How many calls of `command` (lowercase, as `INFO commandstats` names
     /// it) this server has served; a fetch script makes one `xreadgroup`.
     pub fn calls_of(&self, command: &str) -> u64 {
-        let out = Command::new("redis-cli")
-            .arg("-s")
-            .arg(self.socket())
-            .args(["INFO", "commandstats"])
-            .output()
-            .expect("run redis-cli");
         let prefix = format!("cmdstat_{command}:calls=");
-        String::from_utf8_lossy(&out.stdout)
+        self.cli(&["INFO", "commandstats"])
             .lines()
             .find_map(|l| l.strip_prefix(&prefix)?.split(',').next()?.parse().ok())
             .unwrap_or(0)
+    }
+
+    /// What `redis-cli` prints for one command to this server.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .arg("-s")
+            .arg(self.socket())
+            .args(args)
+            .output()
+            .expect("run redis-cli");
+        String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
     pub fn log_tail(&self, n: usize) -> String {

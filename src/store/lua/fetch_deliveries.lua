@@ -20,13 +20,17 @@
 -- ARGV[4] most deliveries (and ended leases) to handle, ARGV[5] lease length in ms,
 -- ARGV[6] most bytes of messages to hand out (one message may go past it),
 -- ARGV[7] the most bytes one message can have, ARGV[8] 1 when the
--- subscription is ordered (fixed at its creation), else 0
--- Returns { wait_ms, { {id, delivery_count, {field, value, ...}}, ... }, room, now, dead, more, handed }
+-- subscription is ordered (fixed at its creation), else 0; then, optionally,
+-- acks that ride on this fetch (handoff.rs), applied first: ARGV[9] what to
+-- return of them ('n': the count, 'i': the ids), ARGV[10] on the deliveries
+-- as ack.lua takes them
+-- Returns { wait_ms, { {id, delivery_count, {field, value, ...}}, ... }, room, now, dead, more, handed, acks }
 --   wait_ms: ms until the next timer this consumer could act on, -1 if none;
 --   room: deliveries this consumer may still take; now: Redis' clock in ms;
 --   dead: entries this call dead-lettered; more: 1 when ARGV[6], or the most
 --   new entries one call reads, stopped it (more may be waiting); handed:
---   ordering keys this call handed to their next entry.
+--   ordering keys this call handed to their next entry (acks included);
+--   acks: as ack.lua returns them, {} without acks.
 
 local stream, timers, settings, dlq = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local group, consumer = ARGV[1], ARGV[2]
@@ -109,6 +113,14 @@ local function settle_batch(member, holder, first, last)
     end
   end
   return true
+end
+
+-- Riding acks first: the room they free is taken at once.
+local acks = {}
+if ARGV[9] then
+  local acked, held = ack_held(o, 10)
+  local ordered = o.on()
+  acks = { acked, (ARGV[9] == 'i' or ordered) and held or {}, ordered and 1 or 0, o.handed }
 end
 
 -- A full consumer still settles due timers: its own ended leases make room.
@@ -236,4 +248,4 @@ else
   if next[1] then wait = tonumber(next[2]) - now end
 end
 if bytes >= max_bytes then more = true end
-return { wait, out, math.max(room, 0), now, dead, more and 1 or 0, o.handed }
+return { wait, out, math.max(room, 0), now, dead, more and 1 or 0, o.handed, acks }

@@ -213,6 +213,58 @@ local function release(o, ids)
   end)
 end
 
+-- The most pending entries ack_held reads for one consumer's range; past it,
+-- a held delivery may go unacked (and is redelivered), never the reverse.
+local ACK_RANGE_MAX = 100000
+
+-- Acknowledges deliveries still held by their consumer: they leave the
+-- subscription's pending list (and timers) for good, and are counted once
+-- each. A delivery that is no longer current (acked, nacked or redelivered
+-- since) is left alone, so a stale or foreign ack id never acks what another
+-- consumer now holds. On an ordered subscription each acked entry hands its
+-- ordering key to the key's next entry.
+--
+-- The deliveries are ARGV[from] on, grouped by consumer: consumer, first id,
+-- last id, n, and n pairs: id, delivery count. One XPENDING per consumer
+-- (over the range of its ids) checks them all: one per id made acking cost
+-- a third more. Each consumer's XPENDING fails on a missing group, as it
+-- must. Returns how many were acked, and their ids.
+local function ack_held(o, from)
+  local held = {}
+  -- Each acked entry's own timer, and the batch timer of a fetch that handed
+  -- out that entry alone (fetch_deliveries.lua), which covers nothing once it
+  -- is acked: at a low rate most batches are of one entry, and their timers
+  -- would otherwise wait out the lease to be settled by a fetch.
+  local timer_members = {}
+  local i = from
+  while i <= #ARGV do
+    local consumer, first, last, n = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
+    i = i + 4
+    local counts = {}
+    for _, p in ipairs(redis.call('XPENDING', o.stream, o.group, first, last, ACK_RANGE_MAX, consumer)) do
+      counts[p[1]] = tonumber(p[4])
+    end
+    for j = i, i + 2 * n - 1, 2 do
+      local id = ARGV[j]
+      if counts[id] ~= nil and counts[id] == tonumber(ARGV[j + 1]) then
+        held[#held + 1] = id
+        timer_members[#timer_members + 1] = id
+        timer_members[#timer_members + 1] = 'b/' .. consumer .. '/' .. id .. '/' .. id
+        counts[id] = nil -- an id given twice is acked once
+      end
+    end
+    i = i + 2 * n
+  end
+  local acked = 0
+  in_chunks(held, function(...)
+    acked = acked + redis.call('XACK', o.stream, o.group, ...)
+  end)
+  in_chunks(timer_members, function(...) redis.call('ZREM', o.timers, ...) end)
+  if acked > 0 then redis.call('HINCRBY', o.settings, 'acked', acked) end
+  release(o, held)
+  return acked, held
+end
+
 -- Hands `consumer` up to `n` entries that took their key and wait for a
 -- consumer, oldest hand-over first, each with its own lease until
 -- `deadline`. Returns the deliveries { {id, 1, fields}, ... } and how many
