@@ -217,6 +217,10 @@ end
 -- a held delivery may go unacked (and is redelivered), never the reverse.
 local ACK_RANGE_MAX = 100000
 
+-- Acks of a consumer's deliveries, at most, that also look for one-entry
+-- batch timers (ack_held).
+local FEW_ACKS = 4
+
 -- Acknowledges deliveries still held by their consumer: they leave the
 -- subscription's pending list (and timers) for good, and are counted once
 -- each. A delivery that is no longer current (acked, nacked or redelivered
@@ -231,10 +235,12 @@ local ACK_RANGE_MAX = 100000
 -- must. Returns how many were acked, and their ids.
 local function ack_held(o, from)
   local held = {}
-  -- Each acked entry's own timer, and the batch timer of a fetch that handed
-  -- out that entry alone (fetch_deliveries.lua), which covers nothing once it
-  -- is acked: at a low rate most batches are of one entry, and their timers
-  -- would otherwise wait out the lease to be settled by a fetch.
+  -- Each acked entry's own timer; and, for a consumer's few acks, the batch
+  -- timer of a fetch that handed out that entry alone (fetch_deliveries.lua),
+  -- which covers nothing once it is acked. Acks come one or a few at a time
+  -- at a low rate, where most fetches hand out one entry, whose timers would
+  -- otherwise wait out the lease to be settled by a fetch; many acks at once
+  -- follow fetches of many, whose timers no single entry's name matches.
   local timer_members = {}
   local i = from
   while i <= #ARGV do
@@ -249,7 +255,9 @@ local function ack_held(o, from)
       if counts[id] ~= nil and counts[id] == tonumber(ARGV[j + 1]) then
         held[#held + 1] = id
         timer_members[#timer_members + 1] = id
-        timer_members[#timer_members + 1] = 'b/' .. consumer .. '/' .. id .. '/' .. id
+        if n <= FEW_ACKS then
+          timer_members[#timer_members + 1] = 'b/' .. consumer .. '/' .. id .. '/' .. id
+        end
         counts[id] = nil -- an id given twice is acked once
       end
     end
