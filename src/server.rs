@@ -52,6 +52,7 @@ pub async fn run(
     let broker_settings = BrokerSettings {
         dedupe_window: settings.dedupe_window,
         promote_ahead: settings.promote_ahead,
+        ack_ride_wait: settings.ack_ride_wait,
         default_ack_deadline: settings.limits.default_ack_deadline,
         max_message_bytes: settings.limits.max_message_bytes(),
         subscribe_buffer_bytes: settings.limits.subscribe_buffer_bytes,

@@ -670,21 +670,7 @@ async fn acks_of_a_stream_with_room_ride_on_the_fetch_the_next_publish_carries()
     let mut held = stream.messages(1, EVENTUALLY).await;
     let scripts_before = redis.calls_of("evalsha");
     let rode_before = ack_batches_riding(&server).await;
-    for round in 1..ROUNDS {
-        // The ack, and at once the next message.
-        stream
-            .send(pb::StreamingSubscribeRequest {
-                ack_ids: ack_ids_of(&held),
-                ..Default::default()
-            })
-            .await;
-        publisher
-            .send(round, "t", vec![message(format!("m{round}"))])
-            .await;
-        publisher.answers(1).await;
-        held = stream.messages(1, EVENTUALLY).await;
-        assert_eq!(payloads_of(&held), [format!("m{round}")]);
-    }
+    held = ack_each_as_the_next_is_published(&mut stream, &mut publisher, held, ROUNDS).await;
     let scripts = redis.calls_of("evalsha") - scripts_before;
     let rode = ack_batches_riding(&server).await - rode_before;
     let rounds = ROUNDS - 1;
@@ -713,4 +699,54 @@ async fn acks_of_a_stream_with_room_ride_on_the_fetch_the_next_publish_carries()
             .all(|m| payloads_of(std::slice::from_ref(m)) == ["end"]),
         "an acked message came back: {more:?}"
     );
+}
+
+/// With `--ack-ride-wait 0s` the acks of a stream with room do not wait for
+/// a publish: each goes in a call of its own at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_no_ride_wait_the_acks_of_a_stream_with_room_go_alone() {
+    const ROUNDS: u64 = 20;
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis.url(), &["--ack-ride-wait", "0s"]).await;
+    let mut client = server.client().await;
+    let mut stream = SubStream::open(&mut client, "t", "s", Sub::default()).await;
+    let mut publisher = PublishStream::open(&mut client).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    publisher.send(0, "t", vec![message("m0")]).await;
+    publisher.answers(1).await;
+    let held = stream.messages(1, EVENTUALLY).await;
+    let held = ack_each_as_the_next_is_published(&mut stream, &mut publisher, held, ROUNDS).await;
+    let confirm = pb::StreamingSubscribeRequest {
+        ack_ids: ack_ids_of(&held),
+        confirm: true,
+        ..Default::default()
+    };
+    stream.send(confirm).await;
+    assert_eq!(stream.confirmation().await.acked_ids, ack_ids_of(&held));
+    assert_eq!(ack_batches_riding(&server).await, 0.0);
+}
+
+/// Rounds 1..`rounds`: acks what the stream holds and at once publishes the
+/// round's message, then takes it. Returns the last message, unacked.
+async fn ack_each_as_the_next_is_published(
+    stream: &mut SubStream,
+    publisher: &mut PublishStream,
+    mut held: Vec<pb::ReceivedMessage>,
+    rounds: u64,
+) -> Vec<pb::ReceivedMessage> {
+    for round in 1..rounds {
+        stream
+            .send(pb::StreamingSubscribeRequest {
+                ack_ids: ack_ids_of(&held),
+                ..Default::default()
+            })
+            .await;
+        publisher
+            .send(round, "t", vec![message(format!("m{round}"))])
+            .await;
+        publisher.answers(1).await;
+        held = stream.messages(1, EVENTUALLY).await;
+        assert_eq!(payloads_of(&held), [format!("m{round}")]);
+    }
+    held
 }

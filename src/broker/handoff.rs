@@ -19,8 +19,8 @@
 //! Acks ride on fetches the same way, in the fetch's own script call: the
 //! ack that frees a full stream's room goes first in that stream's fetch; an
 //! ack batch of a stream with room, while publishes carry its
-//! subscription's fetches, waits (at most [`ACK_RIDE_WAIT`]) for the next
-//! publish and goes first in the fetch it carries. At a steady rate that is
+//! subscription's fetches, waits (at most `--ack-ride-wait`, 2 ms) for the
+//! next publish and goes first in the fetch it carries. At a steady rate that is
 //! one script call per message fewer: each message would otherwise cost a
 //! publish, a fetch and an ack call.
 //!
@@ -41,12 +41,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::oneshot;
-
-/// Longest an ack batch waits for a publish to carry it. Short: an ack
-/// applied later only keeps its delivery pending (and its confirmation
-/// waiting) that much longer, and publishes that carry fetches come far
-/// more often than this when riding pays.
-pub const ACK_RIDE_WAIT: Duration = Duration::from_millis(2);
 
 /// Whether a call may carry the fetches of waiting streams: only one that
 /// runs to completion, never a unary RPC its client may cancel.
@@ -112,8 +106,9 @@ pub async fn ack(
                 let carried = std::iter::once(consumer).chain(carried).collect();
                 return Ok((acked?, carried));
             }
-        } else if let Some(offers) = broker.wakeups.subscription_offers(topic, subscription)
-            && let Some((acked, consumer)) = ride(&offers, &acks).await
+        } else if !broker.ack_ride_wait.is_zero()
+            && let Some(offers) = broker.wakeups.subscription_offers(topic, subscription)
+            && let Some((acked, consumer)) = ride(&offers, &acks, broker.ack_ride_wait).await
         {
             broker.metrics.acks_rode();
             return Ok((acked?, vec![consumer]));
@@ -131,11 +126,17 @@ pub async fn ack(
 
 /// Leaves `acks` for the next fetch a publish carries for the subscription
 /// of `offers`, when publishes carry its fetches, and waits for it (at most
-/// [`ACK_RIDE_WAIT`]). Returns what they did and whose fetch took them; None
-/// when they did not ride (or their fetch failed): the caller applies them.
-async fn ride(offers: &Offers, acks: &AckRequest) -> Option<(Result<Acked>, String)> {
+/// `wait`: an ack applied later only keeps its delivery pending, and its
+/// confirmation waiting, that much longer). Returns what they did and whose
+/// fetch took them; None when they did not ride (or their fetch failed):
+/// the caller applies them.
+async fn ride(
+    offers: &Offers,
+    acks: &AckRequest,
+    wait: Duration,
+) -> Option<(Result<Acked>, String)> {
     let (id, mut rode) = offers.leave_acks(acks.clone())?;
-    match tokio::time::timeout(ACK_RIDE_WAIT, &mut rode).await {
+    match tokio::time::timeout(wait, &mut rode).await {
         Ok(rode) => rode.ok().flatten(),
         Err(_elapsed) if offers.take_back_acks(id) => None,
         // A publish took them just now; its fetch is on its way.

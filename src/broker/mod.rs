@@ -65,6 +65,8 @@ pub struct Broker {
     /// How long before their due time scheduled messages are promoted (and
     /// then held by the delivery loops until due).
     promote_ahead: Duration,
+    /// How long acks of a stream with room wait for a publish to carry them.
+    pub(crate) ack_ride_wait: Duration,
     default_ack_deadline: Duration,
     /// The most bytes one message can have, by the server's limits.
     max_message_bytes: u64,
@@ -86,6 +88,9 @@ const TOPIC_SETTINGS_TTL: Duration = Duration::from_secs(5);
 pub struct BrokerSettings {
     pub dedupe_window: Duration,
     pub promote_ahead: Duration,
+    /// How long acks of a stream with room wait for a publish to carry them
+    /// (see [`handoff`]); zero: not at all.
+    pub ack_ride_wait: Duration,
     /// Ack deadline of streams whose request and subscription set none.
     pub default_ack_deadline: Duration,
     /// The most bytes one message can have (payload, attributes, ordering key).
@@ -109,6 +114,7 @@ impl Broker {
             known_topics: Arc::default(),
             dedupe_window: settings.dedupe_window,
             promote_ahead: settings.promote_ahead,
+            ack_ride_wait: settings.ack_ride_wait,
             default_ack_deadline: settings.default_ack_deadline,
             max_message_bytes: settings.max_message_bytes,
             subscribe_buffer: ByteBudget::new(settings.subscribe_buffer_bytes),

@@ -412,6 +412,13 @@ pub struct Settings {
     /// cancelled or rescheduled. 0 promotes exactly at the due time.
     #[arg(long, env = "REDQ_PROMOTE_AHEAD", default_value = "250ms", value_parser = parse_promote_ahead)]
     pub promote_ahead: Duration,
+    /// How long an ack batch of a StreamingSubscribe stream with room waits
+    /// for the next publish that carries its subscription's fetch, to go in
+    /// that fetch's script call: a script call fewer per message at a steady
+    /// rate, for a little more latency (the fetch does the ack's work too).
+    /// 0 applies such acks at once, each in a call of its own.
+    #[arg(long, env = "REDQ_ACK_RIDE_WAIT", default_value = "2ms", value_parser = parse_ack_ride_wait)]
+    pub ack_ride_wait: Duration,
     /// Refuse publishes (RESOURCE_EXHAUSTED) while Redis uses more than this
     /// fraction of its maxmemory (no effect when maxmemory is 0).
     #[arg(long, env = "REDQ_MEMORY_LIMIT_RATIO", default_value_t = 0.9, value_parser = parse_ratio)]
@@ -577,6 +584,14 @@ fn parse_promote_ahead(s: &str) -> Result<Duration, String> {
     let duration = humantime::parse_duration(s).map_err(|e| e.to_string())?;
     if duration > Duration::from_secs(60) {
         return Err("must be at most 60s".into());
+    }
+    Ok(duration)
+}
+
+fn parse_ack_ride_wait(s: &str) -> Result<Duration, String> {
+    let duration = humantime::parse_duration(s).map_err(|e| e.to_string())?;
+    if duration > Duration::from_millis(100) {
+        return Err("must be at most 100ms".into());
     }
     Ok(duration)
 }
