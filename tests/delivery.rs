@@ -307,9 +307,8 @@ async fn many_streams_split_a_backlog_and_one_message_wakes_one_stream() {
     );
 }
 
-/// The topic watcher reads new entries two at a time, and skips ahead when it
-/// reads two: bursts published while the streams are idle, one entry or
-/// several at a time, must reach them at once, not at the 5 s safety net.
+/// Bursts published while the streams are idle, one entry or several at a
+/// time, reach them at once, not at the 5 s safety net.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bursts_reach_idle_streams_before_the_safety_net() {
     let redis = RedisServer::start();
@@ -327,7 +326,7 @@ async fn bursts_reach_idle_streams_before_the_safety_net() {
         let n = 1 + (round / 2) % 4;
         if round % 2 == 0 {
             // One batch with dedupe ids: one script call, so that its
-            // entries appear to the watcher's XREAD all at once.
+            // entries appear all at once.
             let messages = payloads(&format!("r{round}"), n)
                 .into_iter()
                 .enumerate()
@@ -354,6 +353,41 @@ async fn bursts_reach_idle_streams_before_the_safety_net() {
             .await
             .expect("ack");
     }
+}
+
+/// A publish wakes the streams of its replica itself: a topic served by one
+/// replica costs no Redis call per message to wake them (no `XREAD`, no hint).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_served_by_one_replica_wakes_its_streams_without_redis() {
+    const ROUNDS: usize = 10;
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis.url(), &[]).await;
+    let mut client = server.client().await;
+    let mut stream = subscribe(&mut client, TOPIC, "quiet", Sub::default()).await;
+    publish(&mut client, TOPIC, ["first"]).await;
+    let got = expect_messages(&mut stream, 1).await;
+    ack(&mut client, TOPIC, "quiet", ack_ids_of(&got))
+        .await
+        .expect("ack");
+    let before = |command: &str| redis.calls_of(command);
+    let (xread, hints, fetches) = (before("xread"), before("publish"), before("xreadgroup"));
+    for round in 0..ROUNDS {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        publish(&mut client, TOPIC, [format!("m{round}")]).await;
+        let got = next_messages(&mut stream, 1, Duration::from_secs(3)).await;
+        assert_eq!(payloads_of(&got), [format!("m{round}")], "round {round}");
+        ack(&mut client, TOPIC, "quiet", ack_ids_of(&got))
+            .await
+            .expect("ack");
+    }
+    let fetches = redis.calls_of("xreadgroup") - fetches;
+    println!("{ROUNDS} messages: {fetches} fetches");
+    assert_eq!(redis.calls_of("xread") - xread, 0, "XREAD calls");
+    assert_eq!(redis.calls_of("publish") - hints, 0, "hints sent");
+    assert!(
+        fetches <= 2 * ROUNDS as u64,
+        "{fetches} fetches for {ROUNDS} messages"
+    );
 }
 
 /// Connections are spread over `--workers` threads: streams, publishes and

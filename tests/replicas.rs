@@ -193,3 +193,91 @@ async fn publishes_that_returned_ok_survive_kill9_of_the_replica() {
         missing.iter().take(10).collect::<Vec<_>>()
     );
 }
+
+/// Each replica with streams of a topic keeps its place among the topic's
+/// watchers, and the script that appends hints the others: a stream on one
+/// replica gets what another publishes at once, not at the 5 s safety net.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publish_on_one_replica_wakes_the_streams_of_another_at_once() {
+    const ROUNDS: usize = 10;
+    let redis = RedisServer::start();
+    let a = TestServer::start(&redis.url(), &[]).await;
+    let b = TestServer::start(&redis.url(), &[]).await;
+    let mut publisher = a.client().await;
+    let mut client_b = b.client().await;
+    let mut stream = subscribe(&mut client_b, TOPIC, SUB, Sub::default()).await;
+    let watchers = format!("redq:{{{TOPIC}}}:watchers");
+    let deadline = Instant::now() + EVENTUALLY;
+    while redis.cli(&["HLEN", &watchers]).trim() != "1" && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(redis.cli(&["HLEN", &watchers]).trim(), "1", "b watches");
+    let hints_before = redis.calls_of("publish");
+    let mut slowest = Duration::ZERO;
+    for round in 0..ROUNDS {
+        // Idle streams: the safety net is 5 s away.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let sent = Instant::now();
+        publish(&mut publisher, TOPIC, [format!("m{round}")]).await;
+        let got = next_messages(&mut stream, 1, Duration::from_secs(3)).await;
+        assert_eq!(payloads_of(&got), [format!("m{round}")], "round {round}");
+        slowest = slowest.max(sent.elapsed());
+        ack(&mut client_b, TOPIC, SUB, ack_ids_of(&got))
+            .await
+            .expect("ack");
+    }
+    let hints = redis.calls_of("publish") - hints_before;
+    println!("{ROUNDS} messages across replicas: slowest {slowest:?}, {hints} hints");
+    assert!(slowest < Duration::from_secs(2), "slowest delivery {slowest:?}");
+    assert!(hints >= ROUNDS as u64, "{hints} hints for {ROUNDS} publishes");
+}
+
+/// A replica that stopped renewing its place among a topic's watchers (it
+/// died) is forgotten by the next script that appends, and hinted no more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watcher_whose_place_ran_out_is_forgotten_and_not_hinted() {
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis.url(), &[]).await;
+    let mut client = server.client().await;
+    let mut stream = subscribe(&mut client, TOPIC, SUB, Sub::default()).await;
+    let watchers = format!("redq:{{{TOPIC}}}:watchers");
+    let deadline = Instant::now() + EVENTUALLY;
+    while redis.cli(&["HLEN", &watchers]).trim() != "1" && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    redis.cli(&["HSET", &watchers, "a-replica-that-died", "1"]);
+    let hints_before = redis.calls_of("publish");
+    publish(&mut client, TOPIC, ["m0"]).await;
+    expect_messages(&mut stream, 1).await;
+    assert_eq!(
+        redis.cli(&["HEXISTS", &watchers, "a-replica-that-died"]).trim(),
+        "0",
+        "the dead replica's place"
+    );
+    publish(&mut client, TOPIC, ["m1"]).await;
+    expect_messages(&mut stream, 1).await;
+    assert_eq!(redis.calls_of("publish") - hints_before, 0, "hints sent");
+    assert_eq!(redis.cli(&["HLEN", &watchers]).trim(), "1", "live watchers");
+}
+
+/// A replica whose last stream of a topic ended leaves the topic's watchers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_leaves_the_watchers_of_a_topic_when_its_last_stream_ends() {
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis.url(), &[]).await;
+    let mut client = server.client().await;
+    let stream = subscribe(&mut client, TOPIC, SUB, Sub::default()).await;
+    let watchers = format!("redq:{{{TOPIC}}}:watchers");
+    let hlen = || redis.cli(&["HLEN", &watchers]).trim().to_owned();
+    let deadline = Instant::now() + EVENTUALLY;
+    while hlen() != "1" && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(hlen(), "1", "watching");
+    drop(stream);
+    let deadline = Instant::now() + EVENTUALLY;
+    while hlen() != "0" && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(hlen(), "0", "watchers after the last stream ended");
+}

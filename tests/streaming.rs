@@ -527,12 +527,6 @@ async fn a_stream_closed_right_after_its_acks_leaves_nothing_stuck() {
     }
 }
 
-fn payloads_of(messages: &[pb::ReceivedMessage]) -> Vec<bytes::Bytes> {
-    messages
-        .iter()
-        .map(|m| m.message.as_ref().expect("a message").payload.clone())
-        .collect()
-}
 
 /// Fetches that waiting streams got from others' calls (`by` publish or ack).
 async fn fetches_carried(server: &TestServer, by: &str) -> f64 {
@@ -551,7 +545,7 @@ async fn ack_batches_riding(server: &TestServer) -> f64 {
 }
 
 /// A stream with room waits with an offer: each message published on a
-/// PublishStream comes with the fetch its publish carried, and the watcher's
+/// PublishStream comes with the fetch its publish carried, and the publish's
 /// turn for the same entry is skipped, so each message costs one fetch.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_stream_gets_each_message_by_the_fetch_its_publish_carried() {
@@ -559,7 +553,8 @@ async fn a_waiting_stream_gets_each_message_by_the_fetch_its_publish_carried() {
     let (redis, server, mut client) = start().await;
     let mut stream = SubStream::open(&mut client, "t", "s", Sub::default()).await;
     let mut publisher = PublishStream::open(&mut client).await;
-    // The stream's first fetches: on opening, and on the watcher's start.
+    // The stream's first fetches: on opening, and once its place among the
+    // topic's watchers is taken.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let fetches_before = redis.calls_of("xreadgroup");
     let carried_before = fetches_carried(&server, "publish").await;

@@ -204,9 +204,11 @@ impl Broker {
         Ok((settings, dedupe_window))
     }
 
-    /// Counts what was published and sets the wake-ups of scheduled messages.
+    /// Counts what was published, wakes the local streams of the topic and
+    /// sets the wake-ups of scheduled messages.
     async fn after_publish(&self, topic: &str, published: &[Published]) -> Result<()> {
         self.metrics.published(topic, published);
+        self.wakeups.entries_appended(topic, published);
         if let Some(first_due) = published.iter().filter_map(|p| p.scheduled_in).min() {
             self.wakeups.scheduled(topic, first_due).await?;
         }

@@ -1,21 +1,26 @@
 //! Wake-ups for delivery loops, so that a Subscribe stream waits without
 //! polling and without a Redis connection of its own.
 //!
-//! - New entries: one watcher per topic with local subscribers blocks on
-//!   `XREAD` on a dedicated connection and gives the turn to one idle local
-//!   stream of each subscription (see [`Turns`]), not to all of them: a
+//! - New entries: a publish here gives the turn to one idle local stream of
+//!   each subscription of its topic (see [`Turns`]), not to all of them: a
 //!   hundred streams of one subscription would otherwise make a hundred
-//!   fetches for each message, ninety-nine of them empty.
+//!   fetches for each message, ninety-nine of them empty. The other
+//!   replicas learn of it by a hint that the appending script sends itself,
+//!   only when another replica is among the topic's watchers (see
+//!   [`crate::store::hints`]): each topic with local streams keeps this
+//!   replica's place there. A topic served by one replica costs no Redis
+//!   call per message to wake its streams.
 //! - Timers (ended leases, retries due): each subscription's earliest timer,
 //!   as fetches report it, gives the turn to one idle stream when it falls due.
 //! - Room freed by an ack: the consumer's own `Notify` when it lives here,
 //!   else a hint to the other replicas.
 //! - Deliveries handed back (nack): the topic's channel here, and a hint.
-//! - Messages scheduled: the promoter's timers here, and a hint with the due time.
+//! - Messages scheduled: the promoter's timers here, and a hint with the due
+//!   time; the promotion script hints every watcher, this replica's too.
 //!
 //! A turn for new entries that a fetch already took (see
 //! [`super::handoff`]: a publish can carry the fetch of a waiting stream) is
-//! not worth a fetch: the watcher records the newest entry it saw, the
+//! not worth a fetch: the publish records the newest entry it appended, the
 //! streams the newest entry they fetched, and a stream skips a turn that
 //! brings nothing newer.
 //!
@@ -25,7 +30,8 @@
 use super::handoff::{FetchRequest, Offer, Offers, Taken};
 use super::promoter::PromotionTimers;
 use crate::error::Result;
-use crate::store::stream::{Entry, NEW_ENTRIES_READ, parse_entry_id};
+use crate::store::hints::{Hint, WATCH_RENEWAL};
+use crate::store::stream::{Entry, Published, parse_entry_id};
 use crate::store::{Store, TopicKeys};
 use futures::StreamExt;
 use std::collections::HashMap;
@@ -62,6 +68,8 @@ struct LocalConsumer {
     offers: Arc<Offers>,
 }
 
+/// A topic with local streams: its subscriptions here, and the task that
+/// keeps this replica among the topic's watchers in Redis.
 struct TopicWatcher {
     subscriptions: Arc<Mutex<HashMap<String, Subscription>>>,
     subscribers: usize,
@@ -87,8 +95,8 @@ pub struct Turns {
     /// A turn was given for something other than new entries (a timer,
     /// deliveries handed back, a reconnect): the next one must fetch.
     must_fetch: AtomicBool,
-    /// The newest entry the watcher saw, and the newest entry a fetch of
-    /// the subscription here took, as (ms, seq).
+    /// The newest entry a publish here announced, and the newest entry a
+    /// fetch of the subscription here took, as (ms, seq).
     newest_seen: Mutex<(u64, u64)>,
     fetched_through: Mutex<(u64, u64)>,
     /// The earliest timer a fetch reported, not yet due.
@@ -96,8 +104,8 @@ pub struct Turns {
     timer_moved: Notify,
 }
 
-/// A local stream's view of its topic and subscription; stops the watchers
-/// when the last one drops.
+/// A local stream's view of its topic and subscription; the last one to
+/// drop stops watching the topic.
 pub struct TopicWatch {
     turns: Arc<Turns>,
     offers: Arc<Offers>,
@@ -114,38 +122,6 @@ pub struct ConsumerWake {
     wakeups: Wakeups,
 }
 
-#[derive(Debug, PartialEq)]
-enum Hint<'a> {
-    /// Deliveries of the topic were handed back.
-    Topic(&'a str),
-    /// The consumer has room again.
-    Consumer(&'a str),
-    /// The topic has a scheduled message due in this many ms.
-    Scheduled(&'a str, u64),
-}
-
-impl Hint<'_> {
-    fn encode(&self) -> String {
-        match self {
-            Hint::Topic(topic) => format!("t:{topic}"),
-            Hint::Consumer(consumer) => format!("c:{consumer}"),
-            Hint::Scheduled(topic, ms) => format!("s:{ms}:{topic}"),
-        }
-    }
-
-    fn decode(text: &str) -> Option<Hint<'_>> {
-        match text.split_once(':')? {
-            ("t", topic) => Some(Hint::Topic(topic)),
-            ("c", consumer) => Some(Hint::Consumer(consumer)),
-            ("s", rest) => {
-                let (ms, topic) = rest.split_once(':')?;
-                Some(Hint::Scheduled(topic, ms.parse().ok()?))
-            }
-            _ => None,
-        }
-    }
-}
-
 impl Wakeups {
     pub fn new(store: Store, promotions: Arc<PromotionTimers>) -> Self {
         Self {
@@ -158,13 +134,12 @@ impl Wakeups {
         }
     }
 
-    /// Starts (or joins) the watcher of `topic`'s stream, for a stream of
-    /// `subscription`.
+    /// Starts (or joins) watching `topic`, for a stream of `subscription`.
     pub fn watch_topic(&self, topic: &str, subscription: &str) -> TopicWatch {
         let mut topics = self.inner.topics.lock().expect("wakeups lock");
         let watcher = topics.entry(topic.to_owned()).or_insert_with(|| {
             let subscriptions = Arc::new(Mutex::new(HashMap::new()));
-            let task = tokio::spawn(watch_stream(
+            let task = tokio::spawn(keep_watching(
                 self.inner.store.clone(),
                 TopicKeys::new(topic),
                 subscriptions.clone(),
@@ -234,7 +209,7 @@ impl Wakeups {
         for consumer in remote {
             self.inner
                 .store
-                .publish_hint(&Hint::Consumer(consumer).encode())
+                .publish_hint(&Hint::Consumer(consumer))
                 .await?;
         }
         Ok(())
@@ -246,7 +221,7 @@ impl Wakeups {
         self.wake_topic(topic);
         self.inner
             .store
-            .publish_hint(&Hint::Topic(topic).encode())
+            .publish_hint(&Hint::Topic(topic))
             .await
     }
 
@@ -255,7 +230,22 @@ impl Wakeups {
     pub async fn scheduled(&self, topic: &str, due_in: Duration) -> Result<()> {
         self.inner.promotions.due_in(topic, due_in);
         let hint = Hint::Scheduled(topic, due_in.as_millis() as u64);
-        self.inner.store.publish_hint(&hint.encode()).await
+        self.inner.store.publish_hint(&hint).await
+    }
+
+    /// Gives the turn for what a publish here appended to `topic` to one
+    /// idle stream of each local subscription, unless a fetch took it (the
+    /// other replicas get the appending script's hint).
+    pub fn entries_appended(&self, topic: &str, published: &[Published]) {
+        let newest = published
+            .iter()
+            .filter(|p| !p.duplicate && p.scheduled_in.is_none())
+            .filter_map(|p| parse_entry_id(&p.message_id))
+            .max();
+        let Some(newest) = newest else { return };
+        if let Some(watcher) = self.inner.topics.lock().expect("wakeups lock").get(topic) {
+            announce_entries(&watcher.subscriptions, newest);
+        }
     }
 
     /// Takes one waiting stream's offer of each local subscription of
@@ -303,6 +293,18 @@ impl Wakeups {
             }
         }
         taken
+    }
+
+    /// Leaves `keys`' topic's watchers, unless a stream came back for it
+    /// meanwhile (were its place lost all the same, the renewal puts it
+    /// back and its streams look again).
+    async fn unwatch(&self, keys: TopicKeys) {
+        if self.inner.topics.lock().expect("wakeups lock").contains_key(keys.topic()) {
+            return;
+        }
+        if let Err(err) = self.inner.store.unwatch_topic(&keys).await {
+            tracing::debug!(error = ?err, "cannot leave the topic's watchers");
+        }
     }
 
     fn wake_topic(&self, topic: &str) {
@@ -386,11 +388,8 @@ fn give_turns(subscriptions: &Mutex<HashMap<String, Subscription>>) {
 }
 
 /// Gives one idle stream of each local subscription the turn for entries up
-/// to `newest`, unless a fetch here already took them.
-fn announce_entries(subscriptions: &Mutex<HashMap<String, Subscription>>, newest: &str) {
-    let Some(newest) = parse_entry_id(newest) else {
-        return give_turns(subscriptions);
-    };
+/// to `newest` (ms, seq), unless a fetch here already took them.
+fn announce_entries(subscriptions: &Mutex<HashMap<String, Subscription>>, newest: (u64, u64)) {
     for local in subscriptions.lock().expect("wakeups lock").values() {
         let turns = &local.turns;
         {
@@ -403,69 +402,30 @@ fn announce_entries(subscriptions: &Mutex<HashMap<String, Subscription>>, newest
     }
 }
 
-/// Full watcher reads in a row after which the watcher skips to the newest
-/// entry: a burst, not a steady rate. At 2,000 msg/s, skipping after two
-/// made 0.15 extra round trips per message.
-const FULL_READS_BEFORE_SKIP: u32 = 4;
-
-/// Gives out turns whenever the topic's stream gets a new entry, reconnecting
-/// with backoff for as long as the topic has local subscribers.
-async fn watch_stream(
+/// Keeps this replica among `keys`' topic's watchers, for as long as the
+/// topic has local streams. When its place was new (or lost with Redis'
+/// data), hints may have gone to nobody: every local subscription fetches.
+async fn keep_watching(
     store: Store,
     keys: TopicKeys,
     subscriptions: Arc<Mutex<HashMap<String, Subscription>>>,
 ) {
     let mut retry = RETRY_MIN;
     loop {
-        let Err(err) = follow_stream(&store, &keys, &subscriptions, &mut retry).await;
-        tracing::debug!(error = ?err, stream = %keys.stream(), "stream watcher reconnecting");
-        tokio::time::sleep(retry).await;
-        retry = (retry * 2).min(RETRY_MAX);
-    }
-}
-
-async fn follow_stream(
-    store: &Store,
-    keys: &TopicKeys,
-    subscriptions: &Mutex<HashMap<String, Subscription>>,
-    retry: &mut Duration,
-) -> Result<std::convert::Infallible> {
-    let mut conn = store.blocking_connection().await?;
-    let mut last = store.last_entry_id(&mut conn, keys).await?;
-    *retry = RETRY_MIN;
-    // Entries may have arrived while this watcher was (re)connecting.
-    give_turns(subscriptions);
-    // Full reads in a row: the watcher may be behind.
-    let mut behind = 0;
-    loop {
-        let new = store.wait_for_entries_after(&mut conn, keys, &last).await?;
-        let Some(newest_read) = new.last() else {
-            continue; // timed out
-        };
-        // Turns first, so that a delivery never waits for the skip below.
-        announce_entries(subscriptions, newest_read);
-        behind = if new.len() < NEW_ENTRIES_READ {
-            0
-        } else {
-            behind + 1
-        };
-        last = if behind < FULL_READS_BEFORE_SKIP {
-            // A full read is common at a steady rate (two entries came while
-            // this watcher was away, or one publish wrote two), and mostly
-            // the watcher has caught up with it: reading on costs nothing,
-            // a skip costs a round trip.
-            newest_read.clone()
-        } else {
-            // Behind again (a burst): skip to the newest entry, as the
-            // streams fetch in batches anyway. Entries that came after the
-            // turns were given may have missed the fetches those turns started.
-            behind = 0;
-            let newest = store.last_entry_id(&mut conn, keys).await?;
-            if &newest != newest_read {
-                announce_entries(subscriptions, &newest);
+        match store.watch_topic(&keys).await {
+            Ok(added) => {
+                if added {
+                    give_turns(&subscriptions);
+                }
+                retry = RETRY_MIN;
+                tokio::time::sleep(WATCH_RENEWAL).await;
             }
-            newest
-        };
+            Err(err) => {
+                tracing::debug!(error = ?err, topic = keys.topic(), "cannot renew the topic's watch");
+                tokio::time::sleep(retry).await;
+                retry = (retry * 2).min(RETRY_MAX);
+            }
+        }
     }
 }
 
@@ -475,7 +435,7 @@ impl Turns {
         self.turn.notify_one();
     }
 
-    /// Whether the watcher saw entries newer than any a fetch here took.
+    /// Whether a publish here announced entries newer than any a fetch here took.
     fn unfetched(&self) -> bool {
         let seen = *self.newest_seen.lock().expect("turns lock");
         seen > *self.fetched_through.lock().expect("turns lock")
@@ -534,7 +494,7 @@ impl TopicWatch {
         self.turns.give_turn();
     }
 
-    /// Whether the watcher saw entries newer than any a fetch here took.
+    /// Whether a publish here announced entries newer than any a fetch here took.
     pub fn has_unfetched(&self) -> bool {
         self.turns.unfetched()
     }
@@ -587,6 +547,12 @@ impl Drop for TopicWatch {
         if watcher.subscribers == 0 {
             watcher.task.abort();
             topics.remove(&self.topic);
+            // Else publishes hint this replica until its place runs out.
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                let wakeups = self.wakeups.clone();
+                let keys = TopicKeys::new(&self.topic);
+                runtime.spawn(async move { wakeups.unwatch(keys).await });
+            }
         }
     }
 }
@@ -610,26 +576,5 @@ impl Drop for ConsumerWake {
             .lock()
             .expect("wakeups lock")
             .remove(&self.consumer);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn hints_round_trip() {
-        let encoded = Hint::Topic("orders.eu").encode();
-        assert!(matches!(
-            Hint::decode(&encoded),
-            Some(Hint::Topic("orders.eu"))
-        ));
-        let encoded = Hint::Consumer("w-1").encode();
-        assert!(matches!(
-            Hint::decode(&encoded),
-            Some(Hint::Consumer("w-1"))
-        ));
-        assert!(Hint::decode("x:y").is_none());
-        assert!(Hint::decode("nothing").is_none());
     }
 }

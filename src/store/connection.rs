@@ -233,7 +233,7 @@ impl bb8::ManageConnection for PoolManager {
 /// The cluster client, with explicit timeouts: the builder has no response
 /// timeout by default, and waits at least 1.28 s between retries. A request
 /// with its retries and redirections (MOVED, ASK during a migration) takes at
-/// most 15 s: a blocking read's 5 s block, then a retry elsewhere.
+/// most 15 s.
 pub fn cluster_client(seeds: &[String]) -> RedisResult<ClusterClient> {
     cluster_builder(seeds).build()
 }
@@ -451,7 +451,7 @@ impl ConnectionLike for SentinelConnection {
 #[derive(Clone)]
 pub enum Connection {
     Single(ConnectionManager),
-    /// A dedicated standalone connection (blocking reads).
+    /// A dedicated standalone connection (tools).
     Dedicated(MultiplexedConnection),
     Cluster(ClusterConnection),
     Sentinel(SentinelConnection),

@@ -1,6 +1,7 @@
 //! A subscription's dead letters: a stream of the messages that used up their
 //! delivery attempts, with how many there were and why the last one failed.
 
+use super::hints::{Hinted, hint_args};
 use super::scripts::REDRIVE_DEAD_LETTERS;
 use super::stream::{
     Entry, as_array, decode_entry_with, entry_id_after, entry_time_ms, is_entry_id,
@@ -91,8 +92,10 @@ impl Store {
         Ok(REDRIVE_DEAD_LETTERS
             .key(keys.dead_letters(subscription))
             .key(keys.stream())
+            .key(keys.watchers())
             .arg(subscription)
             .arg(limit)
+            .arg(&hint_args(self, keys, Hinted::All)[..])
             .arg(ids)
             .invoke_async(&mut conn)
             .await?)

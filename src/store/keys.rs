@@ -22,6 +22,11 @@ impl TopicKeys {
         }
     }
 
+    /// The topic's name.
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
     /// The stream holding the topic's messages; one consumer group per subscription.
     pub fn stream(&self) -> String {
         format!("redq:{{{}}}:stream", self.topic)
@@ -30,6 +35,13 @@ impl TopicKeys {
     /// HASH of the topic's settings and counters (`published`, `dropped`).
     pub fn settings(&self) -> String {
         format!("redq:{{{}}}:settings", self.topic)
+    }
+
+    /// HASH of the replicas with streams of the topic: replica → until when
+    /// (Redis ms) it counts as watching, renewed while it does. The scripts
+    /// that append hint the others on [`HINTS_CHANNEL`].
+    pub fn watchers(&self) -> String {
+        format!("redq:{{{}}}:watchers", self.topic)
     }
 
     /// ZSET of scheduled messages: message id → due time (ms).
@@ -124,6 +136,7 @@ mod tests {
             keys.scheduled_messages(),
             keys.dedupe("d"),
             keys.request_dedupe("r"),
+            keys.watchers(),
         ];
         all.extend(keys.lease_keys("billing"));
         for key in &all {

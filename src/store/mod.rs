@@ -4,6 +4,7 @@
 pub mod connection;
 pub mod dead_letters;
 pub mod gauges;
+pub mod hints;
 pub mod keys;
 pub mod leases;
 pub mod ordering;
@@ -19,15 +20,12 @@ use connection::{
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::{AsyncConnectionConfig, Client};
+use redis::Client;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::runtime::Handle;
 
 pub use keys::TopicKeys;
-
-/// Longest time a blocking read waits in Redis before returning empty.
-pub const BLOCK: Duration = Duration::from_secs(5);
 
 /// Longest wait for a reply on a shared connection. Scripts are short, but a
 /// Redis busy with a large trim or promotion may take a while.
@@ -40,7 +38,7 @@ const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 ///   per call, and it reconnects by itself;
 /// - a pool for background loops and admin calls, whose larger replies and
 ///   longer scripts should not queue in front of client calls;
-/// - dedicated connections for blocking reads and Pub/Sub.
+/// - a dedicated connection for Pub/Sub.
 ///
 /// On a Redis Cluster each of them is a cluster connection (multiplexed per
 /// node, so there is no pool), which sends every command and script to the
@@ -53,6 +51,8 @@ pub struct Store {
     /// The shared connections of the server's workers, each with the
     /// runtime it lives on (see [`Store::with_own_shared_connection`]).
     worker_connections: Arc<Mutex<Vec<(Handle, Connection)>>>,
+    /// This replica's name among a topic's watchers (see [`hints`]).
+    replica: Arc<str>,
     backend: Backend,
 }
 
@@ -158,6 +158,7 @@ impl Store {
             shared: shared_connection(&backend)?,
             replica_wait: None,
             worker_connections: Arc::default(),
+            replica: uuid::Uuid::new_v4().simple().to_string().into(),
             backend,
         })
     }
@@ -234,6 +235,11 @@ impl Store {
         })
     }
 
+    /// This replica's name among a topic's watchers.
+    pub(crate) fn replica(&self) -> &str {
+        &self.replica
+    }
+
     /// The shared connection for client calls; cheap to clone.
     pub(crate) fn shared(&self) -> Connection {
         self.shared.clone()
@@ -247,36 +253,6 @@ impl Store {
             }
             Backend::Sentinel { background, .. } => {
                 PooledConnection::Multiplexed(Connection::Sentinel(background.clone()))
-            }
-        })
-    }
-
-    /// A connection of its own for blocking reads: they would stall every
-    /// command multiplexed behind them, and its response timeout must
-    /// outlast the block (redis-rs' default is 500 ms). On a cluster it
-    /// sends each read to the slot's master, and follows it when it moves.
-    pub async fn blocking_connection(&self) -> Result<Connection> {
-        let response_timeout = BLOCK + Duration::from_secs(5);
-        Ok(match &self.backend {
-            Backend::Standalone { client, .. } => {
-                let config = AsyncConnectionConfig::new()
-                    .set_connection_timeout(Some(Duration::from_secs(2)))
-                    .set_response_timeout(Some(response_timeout));
-                Connection::Dedicated(
-                    client
-                        .get_multiplexed_async_connection_with_config(&config)
-                        .await?,
-                )
-            }
-            Backend::Cluster { client, .. } => {
-                let connection = connection::lazy_cluster_connection(client, response_timeout);
-                ping(connection.clone()).await?;
-                Connection::Cluster(connection)
-            }
-            Backend::Sentinel { connector, .. } => {
-                let connection = SentinelConnection::new(connector.clone(), response_timeout);
-                ping(connection.clone()).await?;
-                Connection::Sentinel(connection)
             }
         })
     }
@@ -323,17 +299,6 @@ impl Store {
             }
         }
         ping(self.connection().await?).await
-    }
-
-    /// Sends a hint to every replica.
-    pub async fn publish_hint(&self, hint: &str) -> Result<()> {
-        let mut conn = self.connection().await?;
-        let _: i64 = redis::cmd("PUBLISH")
-            .arg(keys::HINTS_CHANNEL)
-            .arg(hint)
-            .query_async(&mut conn)
-            .await?;
-        Ok(())
     }
 
     /// Settings that decide whether Redis keeps what it acknowledged, as

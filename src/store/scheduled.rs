@@ -1,6 +1,7 @@
 //! Scheduled messages: a ZSET (id → due ms) plus a HASH (id → fields) per
 //! topic, promoted into the stream by one script when due.
 
+use super::hints::{Hinted, hint_args};
 use super::scripts::{CANCEL_SCHEDULED, PROMOTE_DUE, RESCHEDULE};
 use super::stream::{Due, as_array, as_int};
 use super::{Store, TopicKeys};
@@ -37,8 +38,11 @@ impl Store {
             .key(keys.scheduled())
             .key(keys.scheduled_messages())
             .key(keys.stream())
+            .key(keys.watchers())
             .arg(limit)
             .arg(ahead.as_millis() as u64)
+            // Its own streams too: the promoter does not wake them itself.
+            .arg(&hint_args(self, keys, Hinted::All)[..])
             .invoke_async(&mut conn)
             .await?;
         Ok(Promotion {

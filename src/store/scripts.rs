@@ -154,7 +154,7 @@ fn words(code: &str) -> impl Iterator<Item = &str> {
 }
 
 script!(ACK, "ack.lua", with_lib);
-script!(APPEND_MESSAGES, "append_messages.lua");
+script!(APPEND_MESSAGES, "append_messages.lua", with_lib);
 script!(ENSURE_SUBSCRIPTION, "ensure_subscription.lua");
 script!(FETCH_DELIVERIES, "fetch_deliveries.lua", with_lib);
 script!(END_LEASES, "end_leases.lua", with_lib);
@@ -166,7 +166,8 @@ script!(PUBLISH_MESSAGES, "publish_messages.lua", with_lib);
 script!(PROMOTE_DUE, "promote_due.lua", with_lib);
 script!(CANCEL_SCHEDULED, "cancel_scheduled.lua");
 script!(RESCHEDULE, "reschedule.lua", with_lib);
-script!(REDRIVE_DEAD_LETTERS, "redrive_dead_letters.lua");
+script!(REDRIVE_DEAD_LETTERS, "redrive_dead_letters.lua", with_lib);
+script!(WATCH_TOPIC, "watch_topic.lua", with_lib);
 script!(SEEK, "seek.lua", with_lib);
 script!(TRIM_STREAM, "trim_stream.lua", with_lib);
 

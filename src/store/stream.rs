@@ -8,13 +8,13 @@
 //! subscriptions. Promoted scheduled messages add `i` (message id) and `d`
 //! (due time, ms); dead letters add `e`, `n`, `r` (see lua/lib.lua).
 
+use super::hints::{Hinted, hint_args};
 use super::scripts::{APPEND_MESSAGES, PUBLISH_MESSAGES};
 use super::{Store, TopicKeys};
 use crate::error::{Error, Result};
 use bytes::Bytes;
 use prost::Message as _;
 use redis::Value;
-use redis::aio::ConnectionLike;
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -290,8 +290,10 @@ impl Store {
         let mut invocation = APPEND_MESSAGES.key(keys.stream());
         invocation
             .key(keys.settings())
-            .arg(dedupe_window.as_millis() as u64);
-        let mut dedupe_keys = 2;
+            .key(keys.watchers())
+            .arg(dedupe_window.as_millis() as u64)
+            .arg(&hint_args(self, keys, Hinted::Others)[..]);
+        let mut dedupe_keys = 3;
         for request in requests {
             let index = if request.dedupe_id.is_empty() {
                 0
@@ -353,9 +355,11 @@ impl Store {
             .key(keys.scheduled())
             .key(keys.scheduled_messages())
             .key(keys.settings())
-            .arg(dedupe_window.as_millis() as u64);
-        // Dedupe keys follow the four fixed ones; each record names its own.
-        let mut dedupe_keys = 4;
+            .key(keys.watchers())
+            .arg(dedupe_window.as_millis() as u64)
+            .arg(&hint_args(self, keys, Hinted::Others)[..]);
+        // Dedupe keys follow the five fixed ones; each record names its own.
+        let mut dedupe_keys = 5;
         let mut next_dedupe_index = || {
             dedupe_keys += 1;
             dedupe_keys
@@ -441,69 +445,7 @@ impl Store {
             })
             .collect()
     }
-
-    /// Id of the newest entry of the stream, `0-0` when there is none.
-    pub async fn last_entry_id(
-        &self,
-        conn: &mut impl ConnectionLike,
-        keys: &TopicKeys,
-    ) -> Result<String> {
-        let reply: Value = redis::cmd("XREVRANGE")
-            .arg(keys.stream())
-            .arg("+")
-            .arg("-")
-            .arg("COUNT")
-            .arg(1)
-            .query_async(conn)
-            .await?;
-        let newest = as_array(reply)?.into_iter().next();
-        match newest {
-            Some(entry) => {
-                let mut parts = as_array(entry)?.into_iter();
-                as_string(parts.next().unwrap_or(Value::Nil))
-            }
-            None => Ok("0-0".to_owned()),
-        }
-    }
-
-    /// Blocks (at most [`super::BLOCK`]) until the stream has entries after
-    /// `after`, and returns the ids of the first [`NEW_ENTRIES_READ`] of them
-    /// (none on timeout). Runs on a dedicated connection.
-    pub async fn wait_for_entries_after(
-        &self,
-        conn: &mut impl ConnectionLike,
-        keys: &TopicKeys,
-        after: &str,
-    ) -> Result<Vec<String>> {
-        let reply: Value = redis::cmd("XREAD")
-            .arg("COUNT")
-            .arg(NEW_ENTRIES_READ)
-            .arg("BLOCK")
-            .arg(super::BLOCK.as_millis() as u64)
-            .arg("STREAMS")
-            .arg(keys.stream())
-            .arg(after)
-            .query_async(conn)
-            .await?;
-        if matches!(reply, Value::Nil) {
-            return Ok(Vec::new());
-        }
-        // [[stream, [[id, fields], ...]]]
-        let mut ids = Vec::with_capacity(NEW_ENTRIES_READ);
-        for stream in as_array(reply)? {
-            let entries = as_array(stream)?.into_iter().nth(1).unwrap_or(Value::Nil);
-            for entry in as_array(entries)? {
-                let id = as_array(entry)?.into_iter().next().unwrap_or(Value::Nil);
-                ids.push(as_string(id)?);
-            }
-        }
-        Ok(ids)
-    }
 }
-
-/// Entries one watcher `XREAD` asks for: one is news, a second tells that the
-/// watcher is behind and should skip ahead rather than read one by one.
-pub const NEW_ENTRIES_READ: usize = 2;
 
 /// Decodes `[id, [field, value, ...]]` as returned by XRANGE, XREADGROUP and
 /// XCLAIM; fields outside the message layout go to `other`.

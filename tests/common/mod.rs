@@ -821,6 +821,13 @@ pub fn ids_of(ms: &[pb::ReceivedMessage]) -> Vec<String> {
     ms.iter().map(id_of).collect()
 }
 
+pub fn payloads_of(messages: &[pb::ReceivedMessage]) -> Vec<Bytes> {
+    messages
+        .iter()
+        .map(|m| m.message.as_ref().expect("a message").payload.clone())
+        .collect()
+}
+
 pub fn ack_ids_of(ms: &[pb::ReceivedMessage]) -> Vec<String> {
     ms.iter().map(|m| m.ack_id.clone()).collect()
 }

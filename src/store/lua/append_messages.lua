@@ -5,8 +5,9 @@
 -- first entries twice.
 --
 -- KEYS[1] stream, KEYS[2] topic settings HASH (its `published` counter),
--- KEYS[3..] the requests' dedupe keys
--- ARGV[1] dedupe window in ms, then per request: its message count, the
+-- KEYS[3] the topic's watchers HASH, KEYS[4..] the requests' dedupe keys
+-- ARGV[1] dedupe window in ms, ARGV[2..4] who appends, the hints channel and
+-- the hint for the other watchers (see hint_watchers), then per request: its message count, the
 -- index of its dedupe key in KEYS (0: none), then per message the ordering
 -- key ('' for none; the entry's `k` field) and the encoded message (its `m`
 -- field)
@@ -49,7 +50,7 @@ local function claim_of(reply)
 end
 local replies = {}
 local appended = 0
-local i = 2
+local i = 5
 while i <= #ARGV do
   local count, dedupe = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
   i = i + 2
@@ -74,4 +75,5 @@ while i <= #ARGV do
   i = i + 2 * count
 end
 redis.call('HINCRBY', KEYS[2], 'published', appended)
+if appended > 0 then hint_watchers(KEYS[3], ARGV[2], ARGV[3], ARGV[4]) end
 return replies

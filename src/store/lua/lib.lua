@@ -6,6 +6,24 @@ local function now_ms()
   return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 end
 
+-- After entries were appended to a topic: hints the replicas among its
+-- watchers (HASH: replica -> until when, Redis ms) other than `me` ('' for
+-- none), with one PUBLISH; forgets the ones whose place ran out (they died,
+-- or lost Redis). A topic watched by one replica costs one HGETALL.
+local function hint_watchers(watchers, me, channel, hint)
+  local list = redis.call('HGETALL', watchers)
+  if #list == 0 or (#list == 2 and list[1] == me) then return end
+  local now, hinted = now_ms(), false
+  for i = 1, #list, 2 do
+    if tonumber(list[i + 1]) < now then
+      redis.call('HDEL', watchers, list[i])
+    elseif list[i] ~= me and not hinted then
+      redis.call('PUBLISH', channel, hint)
+      hinted = true
+    end
+  end
+end
+
 -- The consumer that holds parked entries (nacked with a delay, or waiting out
 -- a retry backoff), so that they use up no real consumer's room.
 local PARKED = 'redq.parked'

@@ -3,9 +3,11 @@
 -- XADD each, remove from the ZSET and HASH. Atomic, so replicas promoting at
 -- the same time never duplicate or lose a message.
 --
--- KEYS[1] scheduled ZSET, KEYS[2] scheduled HASH, KEYS[3] stream
+-- KEYS[1] scheduled ZSET, KEYS[2] scheduled HASH, KEYS[3] stream, KEYS[4]
+-- the topic's watchers HASH
 -- ARGV[1] most messages to move, ARGV[2] how far ahead of their due time
--- messages are moved, in ms (subscribers hold them until due)
+-- messages are moved, in ms (subscribers hold them until due), ARGV[3..5]
+-- who promotes, the hints channel and the hint (see hint_watchers)
 -- Returns { moved, ms until the next scheduled message is to be moved, or -1 }
 -- The stream entry is m (the message as stored), i (message id), d (due
 -- time, ms) and, when it has one, k (its ordering key, kept as `<id>/k`).
@@ -31,6 +33,7 @@ if #ids > 0 then
   redis.call('ZREM', scheduled, unpack(ids))
   redis.call('HDEL', messages, unpack(ids))
   redis.call('HDEL', messages, unpack(key_fields))
+  hint_watchers(KEYS[4], ARGV[3], ARGV[4], ARGV[5])
 end
 local wait = -1
 local head = redis.call('ZRANGE', scheduled, 0, 0, 'WITHSCORES')

@@ -5,8 +5,11 @@
 -- claim without its messages.
 --
 -- KEYS[1] stream, KEYS[2] scheduled ZSET, KEYS[3] scheduled HASH, KEYS[4] topic
--- settings HASH (its `published` counter), KEYS[5..] dedupe keys
--- ARGV[1] dedupe window in ms, then records of six values. A message: id to
+-- settings HASH (its `published` counter), KEYS[5] the topic's watchers
+-- HASH, KEYS[6..] dedupe keys
+-- ARGV[1] dedupe window in ms, ARGV[2..4] who publishes, the hints channel
+-- and the hint for the other watchers (see hint_watchers), then records of
+-- six values. A message: id to
 --   use if scheduled, due kind ('n' now, 'a' at ms, 'd' after ms), amount,
 --   dedupe key index in KEYS (0: none), the encoded message (the entry's `m`
 --   field), its ordering key ('' for none; the entry's `k` field, kept in the
@@ -23,7 +26,7 @@ local stream, scheduled, messages, settings = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local window = ARGV[1]
 local now = now_ms()
 local out = {}
-local published = 0
+local published, appended = 0, 0
 
 -- The time in a stream entry id: when it was appended (Redis' clock may have
 -- moved on since `now`).
@@ -56,7 +59,7 @@ end
 local request_key, request_start, request_end
 local requests, mismatches = 0, {}
 
-local i = 2
+local i = 5
 while i <= #ARGV do
   local scheduled_id, kind, amount = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
   local dedupe, message, key = tonumber(ARGV[i + 3]), ARGV[i + 4], ARGV[i + 5]
@@ -108,9 +111,11 @@ while i <= #ARGV do
       elseif key ~= '' then
         id = redis.call('XADD', stream, '*', 'm', message, 'k', key)
         due = entry_ms(id)
+        appended = appended + 1
       else
         id = redis.call('XADD', stream, '*', 'm', message)
         due = entry_ms(id)
+        appended = appended + 1
       end
       if dedupe > 0 then redis.call('SET', KEYS[dedupe], claim_of(id, due), 'PX', window) end
       out[#out + 1] = { id, 0, due }
@@ -128,4 +133,5 @@ while i <= #ARGV do
   end
 end
 if published > 0 then redis.call('HINCRBY', settings, 'published', published) end
+if appended > 0 then hint_watchers(KEYS[5], ARGV[2], ARGV[3], ARGV[4]) end
 return { now, out, mismatches }

@@ -3,16 +3,18 @@
 -- other subscriptions skip it, and removed from the dead letters in the same
 -- step, so it is redriven exactly once.
 --
--- KEYS[1] dead letters STREAM, KEYS[2] topic stream
--- ARGV[1] subscription, ARGV[2] most to redrive, ARGV[3..] dead letter ids
--- (none: the oldest ones)
+-- KEYS[1] dead letters STREAM, KEYS[2] topic stream, KEYS[3] the topic's
+-- watchers HASH
+-- ARGV[1] subscription, ARGV[2] most to redrive, ARGV[3..5] who redrives,
+-- the hints channel and the hint (see hint_watchers), ARGV[6..] dead letter
+-- ids (none: the oldest ones)
 -- Returns the number redriven.
 
 local dlq, stream, subscription = KEYS[1], KEYS[2], ARGV[1]
 local entries
-if #ARGV > 2 then
+if #ARGV > 5 then
   entries = {}
-  for i = 3, #ARGV do
+  for i = 6, #ARGV do
     local entry = redis.call('XRANGE', dlq, ARGV[i], ARGV[i])[1]
     if entry then entries[#entries + 1] = entry end
   end
@@ -38,4 +40,5 @@ for _, entry in ipairs(entries) do
   redis.call('XADD', stream, '*', unpack(fields))
   redis.call('XDEL', dlq, entry[1])
 end
+if #entries > 0 then hint_watchers(KEYS[3], ARGV[3], ARGV[4], ARGV[5]) end
 return #entries
