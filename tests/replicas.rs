@@ -228,8 +228,14 @@ async fn a_publish_on_one_replica_wakes_the_streams_of_another_at_once() {
     }
     let hints = redis.calls_of("publish") - hints_before;
     println!("{ROUNDS} messages across replicas: slowest {slowest:?}, {hints} hints");
-    assert!(slowest < Duration::from_secs(2), "slowest delivery {slowest:?}");
-    assert!(hints >= ROUNDS as u64, "{hints} hints for {ROUNDS} publishes");
+    assert!(
+        slowest < Duration::from_secs(2),
+        "slowest delivery {slowest:?}"
+    );
+    assert!(
+        hints >= ROUNDS as u64,
+        "{hints} hints for {ROUNDS} publishes"
+    );
 }
 
 /// A replica that stopped renewing its place among a topic's watchers (it
@@ -250,7 +256,9 @@ async fn a_watcher_whose_place_ran_out_is_forgotten_and_not_hinted() {
     publish(&mut client, TOPIC, ["m0"]).await;
     expect_messages(&mut stream, 1).await;
     assert_eq!(
-        redis.cli(&["HEXISTS", &watchers, "a-replica-that-died"]).trim(),
+        redis
+            .cli(&["HEXISTS", &watchers, "a-replica-that-died"])
+            .trim(),
         "0",
         "the dead replica's place"
     );

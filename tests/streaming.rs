@@ -527,7 +527,6 @@ async fn a_stream_closed_right_after_its_acks_leaves_nothing_stuck() {
     }
 }
 
-
 /// Fetches that waiting streams got from others' calls (`by` publish or ack).
 async fn fetches_carried(server: &TestServer, by: &str) -> f64 {
     common::metrics::scrape(server.metrics_addr)

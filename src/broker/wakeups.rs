@@ -219,10 +219,7 @@ impl Wakeups {
     /// deliveries are ready again.
     pub async fn deliveries_returned(&self, topic: &str) -> Result<()> {
         self.wake_topic(topic);
-        self.inner
-            .store
-            .publish_hint(&Hint::Topic(topic))
-            .await
+        self.inner.store.publish_hint(&Hint::Topic(topic)).await
     }
 
     /// Tells the promoters, here and on other replicas, that `topic` has a
@@ -299,7 +296,13 @@ impl Wakeups {
     /// meanwhile (were its place lost all the same, the renewal puts it
     /// back and its streams look again).
     async fn unwatch(&self, keys: TopicKeys) {
-        if self.inner.topics.lock().expect("wakeups lock").contains_key(keys.topic()) {
+        if self
+            .inner
+            .topics
+            .lock()
+            .expect("wakeups lock")
+            .contains_key(keys.topic())
+        {
             return;
         }
         if let Err(err) = self.inner.store.unwatch_topic(&keys).await {

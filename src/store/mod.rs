@@ -17,10 +17,10 @@ use crate::error::Result;
 use connection::{
     Connection, PoolManager, RedisAccess, SentinelConnection, SentinelConnector, Topology,
 };
+use redis::Client;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::Client;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::runtime::Handle;
