@@ -68,9 +68,7 @@ async fn republish_within_window_returns_the_original_id_and_is_delivered_once()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplicates_within_one_batch_are_published_once() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis.url(), &[]).await;
-    let mut client = server.client().await;
+    let (_redis, _server, mut client) = redis_server_and_client().await;
 
     let resp = publish_messages(
         &mut client,
@@ -109,9 +107,7 @@ async fn duplicates_within_one_batch_are_published_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn schedule_delayed_twice_is_scheduled_and_delivered_once() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis.url(), &[]).await;
-    let mut client = server.client().await;
+    let (_redis, _server, mut client) = redis_server_and_client().await;
     let mut stream = subscribe(&mut client, TOPIC, SUB, Sub::deadline(NO_REDELIVERY)).await;
 
     let due = Due::in_ms(800);
@@ -189,9 +185,7 @@ async fn after_the_window_the_same_dedupe_id_publishes_again() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn empty_dedupe_id_never_deduplicates() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis.url(), &[]).await;
-    let mut client = server.client().await;
+    let (_redis, _server, mut client) = redis_server_and_client().await;
 
     let resp = publish_messages(
         &mut client,
@@ -275,9 +269,7 @@ async fn a_retried_request_with_its_dedupe_id_is_published_once() {
 /// script (the retry now has a scheduled message).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_big_request_keeps_a_small_claim_that_answers_every_id() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis.url(), &[]).await;
-    let mut client = server.client().await;
+    let (redis, _server, mut client) = redis_server_and_client().await;
     let request = |messages| pb::PublishRequest {
         topic: "big".into(),
         messages,

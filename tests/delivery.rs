@@ -16,9 +16,7 @@ const TOPIC: &str = "orders";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn publish_subscribe_ack_round_trip() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis.url(), &[]).await;
-    let mut client = server.client().await;
+    let (_redis, _server, mut client) = redis_server_and_client().await;
 
     let before = SystemTime::now();
     let sent: Vec<pb::PublishMessage> = (0..3)
@@ -102,9 +100,7 @@ async fn publish_subscribe_ack_round_trip() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_subscription_gets_every_message() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis.url(), &[]).await;
-    let mut client = server.client().await;
+    let (_redis, _server, mut client) = redis_server_and_client().await;
 
     let ids = publish(&mut client, TOPIC, payloads("m", 5)).await;
     let want: HashSet<String> = ids.iter().cloned().collect();
@@ -143,9 +139,7 @@ async fn every_subscription_gets_every_message() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn latest_start_skips_earlier_messages() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis.url(), &[]).await;
-    let mut client = server.client().await;
+    let (_redis, _server, mut client) = redis_server_and_client().await;
 
     let early = publish(&mut client, TOPIC, payloads("early", 3)).await;
 
@@ -197,9 +191,7 @@ async fn latest_start_skips_earlier_messages() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn consumers_of_one_subscription_share_messages_without_overlap() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis.url(), &[]).await;
-    let mut client = server.client().await;
+    let (_redis, _server, mut client) = redis_server_and_client().await;
 
     let long = Duration::from_secs(120);
     let opts = |name: &str| Sub::deadline(long).max_outstanding(1000).consumer(name);
@@ -253,9 +245,7 @@ async fn consumers_of_one_subscription_share_messages_without_overlap() {
 async fn many_streams_split_a_backlog_and_one_message_wakes_one_stream() {
     const STREAMS: usize = 40;
     const HOLDS: u32 = 25;
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis.url(), &[]).await;
-    let mut client = server.client().await;
+    let (redis, _server, mut client) = redis_server_and_client().await;
 
     let mut streams = Vec::new();
     for _ in 0..STREAMS {
@@ -311,9 +301,7 @@ async fn many_streams_split_a_backlog_and_one_message_wakes_one_stream() {
 /// time, reach them at once, not at the 5 s safety net.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bursts_reach_idle_streams_before_the_safety_net() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis.url(), &[]).await;
-    let mut client = server.client().await;
+    let (_redis, _server, mut client) = redis_server_and_client().await;
     let mut stream = subscribe(
         &mut client,
         TOPIC,
@@ -360,9 +348,7 @@ async fn bursts_reach_idle_streams_before_the_safety_net() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_topic_served_by_one_replica_wakes_its_streams_without_redis() {
     const ROUNDS: usize = 10;
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis.url(), &[]).await;
-    let mut client = server.client().await;
+    let (redis, _server, mut client) = redis_server_and_client().await;
     let mut stream = subscribe(&mut client, TOPIC, "quiet", Sub::default()).await;
     publish(&mut client, TOPIC, ["first"]).await;
     let got = expect_messages(&mut stream, 1).await;

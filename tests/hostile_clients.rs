@@ -18,16 +18,9 @@ use tonic::{Code, Status};
 
 const DEADLINE: Duration = Duration::from_secs(1);
 
-async fn start() -> (RedisServer, TestServer, Client) {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis.url(), &[]).await;
-    let client = server.client().await;
-    (redis, server, client)
-}
-
 #[tokio::test]
 async fn an_ack_id_of_another_subscription_acks_nothing_there() {
-    let (_redis, _server, mut client) = start().await;
+    let (_redis, _server, mut client) = redis_server_and_client().await;
     // x keeps its lease for the whole test; y's runs out soon.
     let mut x = subscribe(
         &mut client,
@@ -60,7 +53,7 @@ async fn an_ack_id_of_another_subscription_acks_nothing_there() {
 
 #[tokio::test]
 async fn an_ack_id_of_another_topic_acks_nothing_there_even_with_the_same_entry_id() {
-    let (_redis, server, mut client) = start().await;
+    let (_redis, server, mut client) = redis_server_and_client().await;
     // Two topics' messages published in the same millisecond share an entry id.
     let mut other = server.client().await;
     let (mut on_a, mut on_b) = (HashSet::new(), HashSet::new());
@@ -102,7 +95,7 @@ async fn an_ack_id_of_another_topic_acks_nothing_there_even_with_the_same_entry_
 
 #[tokio::test]
 async fn an_ack_after_the_lease_moved_on_does_not_ack_the_new_delivery() {
-    let (_redis, _server, mut client) = start().await;
+    let (_redis, _server, mut client) = redis_server_and_client().await;
     let mut stream = subscribe(&mut client, "t", "s", Sub::deadline(DEADLINE)).await;
     publish(&mut client, "t", ["m"]).await;
     let first = expect_messages(&mut stream, 1).await.remove(0);
@@ -132,7 +125,7 @@ async fn an_ack_after_the_lease_moved_on_does_not_ack_the_new_delivery() {
 
 #[tokio::test]
 async fn out_of_range_ids_are_invalid_arguments_naming_the_field() {
-    let (_redis, server, mut client) = start().await;
+    let (_redis, server, mut client) = redis_server_and_client().await;
     let mut stream = subscribe(&mut client, "t", "s", Sub::default()).await;
     publish(&mut client, "t", ["m"]).await;
     expect_messages(&mut stream, 1).await;
@@ -202,7 +195,7 @@ async fn out_of_range_ids_are_invalid_arguments_naming_the_field() {
 
 #[tokio::test]
 async fn ten_thousand_ack_ids_in_one_call_are_acked() {
-    let (_redis, server, mut client) = start().await;
+    let (_redis, server, mut client) = redis_server_and_client().await;
     const N: usize = 10_000;
     let mut stream = subscribe(
         &mut client,
@@ -242,7 +235,7 @@ async fn ten_thousand_ack_ids_in_one_call_are_acked() {
 
 #[tokio::test]
 async fn ack_ids_have_a_length_limit() {
-    let (_redis, _server, mut client) = start().await;
+    let (_redis, _server, mut client) = redis_server_and_client().await;
     let long = format!("1-0/1/{}", "c".repeat(100_000));
     assert_status(
         ack(&mut client, "t", "s", vec![long]).await,
@@ -253,7 +246,7 @@ async fn ack_ids_have_a_length_limit() {
 
 #[tokio::test]
 async fn lease_calls_on_a_missing_subscription_or_topic_are_not_found() {
-    let (_redis, _server, mut client) = start().await;
+    let (_redis, _server, mut client) = redis_server_and_client().await;
     let mut stream = subscribe(&mut client, "t", "s", Sub::default()).await;
     publish(&mut client, "t", ["m"]).await;
     let ack_id = expect_messages(&mut stream, 1).await.remove(0).ack_id;
@@ -319,7 +312,7 @@ impl Decoder for RawDecoder {
 
 #[tokio::test]
 async fn bytes_that_are_not_protobuf_are_invalid_arguments() {
-    let (_redis, server, mut client) = start().await;
+    let (_redis, server, mut client) = redis_server_and_client().await;
     // Field 1 announced as 100 bytes long, then the message ends.
     let garbage = Bytes::from_static(&[0x0a, 0x64, 0x01]);
     for path in ["/redq.v1.QueueService/Publish", "/redq.v1.QueueService/Ack"] {
@@ -341,7 +334,7 @@ async fn bytes_that_are_not_protobuf_are_invalid_arguments() {
 
 #[tokio::test]
 async fn a_deduplicated_retry_returns_the_original_due_time() {
-    let (_redis, _server, mut client) = start().await;
+    let (_redis, _server, mut client) = redis_server_and_client().await;
     let mut message = deduped_message("later", "d-1");
     let first = schedule(&mut client, "t", message.clone(), Due::in_ms(60_000)).await;
     let due = first.deliver_at.expect("due time");
@@ -390,7 +383,7 @@ async fn a_deduplicated_retry_returns_the_original_due_time() {
 
 #[tokio::test]
 async fn dead_letter_id_lists_are_bounded() {
-    let (_redis, server, mut client) = start().await;
+    let (_redis, server, mut client) = redis_server_and_client().await;
     // The subscription exists: the bound, not its absence, refuses the lists.
     let _stream = subscribe(&mut client, "t", "s", Sub::default()).await;
     let mut admin = server.admin().await;

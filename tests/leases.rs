@@ -19,9 +19,7 @@ const SUB: &str = "workers";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unacked_message_is_redelivered_after_deadline_not_before() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis.url(), &[]).await;
-    let mut client = server.client().await;
+    let (_redis, _server, mut client) = redis_server_and_client().await;
 
     let ids = publish(&mut client, TOPIC, ["job"]).await;
     let deadline = Duration::from_secs(1);
@@ -54,9 +52,7 @@ async fn unacked_message_is_redelivered_after_deadline_not_before() {
 /// between the two.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_stream_gets_an_expired_lease_back_at_its_deadline_not_at_the_recheck() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis.url(), &[]).await;
-    let mut client = server.client().await;
+    let (_redis, _server, mut client) = redis_server_and_client().await;
 
     let ids = publish(&mut client, TOPIC, ["job"]).await;
     let deadline = Duration::from_secs(1);
@@ -94,9 +90,7 @@ async fn an_idle_stream_gets_an_expired_lease_back_at_its_deadline_not_at_the_re
 /// otherwise stay in Redis for a whole lease, to be settled by a fetch then.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acking_messages_one_by_one_leaves_no_timer_behind() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis.url(), &[]).await;
-    let mut client = server.client().await;
+    let (redis, _server, mut client) = redis_server_and_client().await;
     let deadline = Sub::deadline(Duration::from_secs(600));
     let mut stream = subscribe(&mut client, TOPIC, SUB, deadline).await;
     for n in 0..5 {
@@ -113,9 +107,7 @@ async fn acking_messages_one_by_one_leaves_no_timer_behind() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extended_lease_is_not_redelivered_until_extension_stops() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis.url(), &[]).await;
-    let mut client = server.client().await;
+    let (_redis, _server, mut client) = redis_server_and_client().await;
 
     let deadline = Duration::from_secs(1);
     let mut owner = subscribe(
@@ -177,9 +169,7 @@ async fn extended_lease_is_not_redelivered_until_extension_stops() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stale_owner_cannot_extend_or_nack_after_redelivery() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis.url(), &[]).await;
-    let mut client = server.client().await;
+    let (_redis, _server, mut client) = redis_server_and_client().await;
 
     let ids = publish(&mut client, TOPIC, ["contested"]).await;
     let mut a = subscribe(
@@ -245,9 +235,7 @@ async fn stale_owner_cannot_extend_or_nack_after_redelivery() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nack_redelivers_before_deadline_and_double_ack_is_ok() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis.url(), &[]).await;
-    let mut client = server.client().await;
+    let (_redis, _server, mut client) = redis_server_and_client().await;
 
     let ids = publish(&mut client, TOPIC, ["retry me"]).await;
     // A deadline far beyond the wait below: a redelivery can only come from the Nack.
@@ -280,9 +268,7 @@ async fn nack_redelivers_before_deadline_and_double_ack_is_ok() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn modify_ack_deadline_zero_gives_the_message_back() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis.url(), &[]).await;
-    let mut client = server.client().await;
+    let (_redis, _server, mut client) = redis_server_and_client().await;
 
     let ids = publish(&mut client, TOPIC, ["hand back"]).await;
     let mut stream = subscribe(
@@ -303,9 +289,7 @@ async fn modify_ack_deadline_zero_gives_the_message_back() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn full_stream_gets_its_own_expired_leases_back() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis.url(), &[]).await;
-    let mut client = server.client().await;
+    let (_redis, _server, mut client) = redis_server_and_client().await;
 
     let deadline = Duration::from_secs(1);
     let ids = publish(&mut client, TOPIC, ["a", "b", "c"]).await;

@@ -35,9 +35,7 @@ fn ms(n: u64) -> Duration {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_known_workload_shows_in_counters_gauges_and_histograms() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis.url(), &[]).await;
-    let mut client = server.client().await;
+    let (_redis, server, mut client) = redis_server_and_client().await;
 
     // 10 now, 2 due soon, 1 deduplicated (published once) and 3 due in an hour.
     publish(&mut client, TOPIC, payloads("now", 10)).await;
@@ -173,9 +171,7 @@ async fn a_known_workload_shows_in_counters_gauges_and_histograms() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_that_runs_out_on_the_last_attempt_counts_as_dead_lettered() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis.url(), &[]).await;
-    let mut client = server.client().await;
+    let (_redis, server, mut client) = redis_server_and_client().await;
 
     publish(&mut client, TOPIC, payloads("m", 2)).await;
     let sub = Sub::deadline(ms(500)).max_attempts(1);

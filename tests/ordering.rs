@@ -156,9 +156,7 @@ fn env_or(name: &str, default: usize) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_message_of_a_key_at_a_time_across_streams_in_publish_order() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis.url(), &[]).await;
-    let mut client = server.client().await;
+    let (redis, _server, mut client) = redis_server_and_client().await;
     let mut streams = vec![
         subscribe_ordered(&mut client, SUB, Sub::deadline(LONG)).await,
         subscribe_ordered(&mut client, SUB, Sub::deadline(LONG)).await,
@@ -206,9 +204,7 @@ async fn one_message_of_a_key_at_a_time_across_streams_in_publish_order() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_nacked_message_comes_back_before_the_rest_of_its_key() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis.url(), &[]).await;
-    let mut client = server.client().await;
+    let (redis, _server, mut client) = redis_server_and_client().await;
     let opts = Sub::deadline(LONG).retry(Duration::from_millis(100), Duration::from_millis(100));
     let mut stream = subscribe_ordered(&mut client, SUB, opts).await;
     publish_keyed(&mut client, TOPIC, &keys(1), 4, 10).await;
@@ -252,9 +248,7 @@ async fn a_nacked_message_comes_back_before_the_rest_of_its_key() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_consumer_that_drops_its_stream_mid_key_hands_the_key_to_the_next() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis.url(), &[]).await;
-    let mut client = server.client().await;
+    let (redis, _server, mut client) = redis_server_and_client().await;
     let opts = Sub::deadline(Duration::from_secs(1));
     let mut first = subscribe_ordered(&mut client, SUB, opts.clone()).await;
     publish_keyed(&mut client, TOPIC, &keys(1), 3, 10).await;
@@ -280,9 +274,7 @@ async fn a_consumer_that_drops_its_stream_mid_key_hands_the_key_to_the_next() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stale_ack_is_refused_and_does_not_release_the_key() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis.url(), &[]).await;
-    let mut client = server.client().await;
+    let (redis, _server, mut client) = redis_server_and_client().await;
     let opts = Sub::deadline(Duration::from_secs(1))
         .retry(Duration::from_millis(50), Duration::from_millis(50));
     let mut stream = subscribe_ordered(&mut client, SUB, opts).await;
@@ -320,9 +312,7 @@ async fn a_stale_ack_is_refused_and_does_not_release_the_key() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_letter_lets_the_next_follow_and_a_redriven_one_comes_after_the_rest() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis.url(), &[]).await;
-    let mut client = server.client().await;
+    let (redis, server, mut client) = redis_server_and_client().await;
     let mut admin = server.admin().await;
     let opts = Sub::deadline(LONG)
         .retry(Duration::from_millis(50), Duration::from_millis(50))
@@ -365,9 +355,7 @@ async fn a_dead_letter_lets_the_next_follow_and_a_redriven_one_comes_after_the_r
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hot_key_backlog_leaves_the_other_keys_prompt() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis.url(), &[]).await;
-    let mut client = server.client().await;
+    let (redis, server, mut client) = redis_server_and_client().await;
     let mut admin = server.admin().await;
     let mut stream = subscribe_ordered(&mut client, SUB, Sub::deadline(LONG)).await;
     let backlog = env_or("ORDERING_HOT_BACKLOG", 50_000);
@@ -420,9 +408,7 @@ async fn a_hot_key_backlog_leaves_the_other_keys_prompt() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_the_blocked_cap_the_subscription_reads_no_new_entries() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis.url(), &[]).await;
-    let mut client = server.client().await;
+    let (redis, server, mut client) = redis_server_and_client().await;
     let mut admin = server.admin().await;
     admin
         .create_subscription(pb::CreateSubscriptionRequest {
@@ -582,9 +568,7 @@ async fn seek_and_the_hard_cap_leave_no_key_stuck() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unordered_subscriptions_of_the_same_topic_are_unaffected() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis.url(), &[]).await;
-    let mut client = server.client().await;
+    let (redis, _server, mut client) = redis_server_and_client().await;
     let mut ordered_stream = subscribe_ordered(&mut client, SUB, Sub::deadline(LONG)).await;
     let mut plain = subscribe(&mut client, TOPIC, "plain", Sub::deadline(LONG)).await;
     publish_keyed(&mut client, TOPIC, &keys(1), 5, 10).await;
@@ -606,9 +590,7 @@ async fn unordered_subscriptions_of_the_same_topic_are_unaffected() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ordering_is_fixed_at_creation_and_shown_by_the_admin_api() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis.url(), &[]).await;
-    let mut client = server.client().await;
+    let (_redis, server, mut client) = redis_server_and_client().await;
     let mut admin = server.admin().await;
     drop(subscribe(&mut client, TOPIC, "plain", Sub::deadline(LONG)).await);
     let refused = client

@@ -206,12 +206,7 @@ async fn a_publish_on_one_replica_wakes_the_streams_of_another_at_once() {
     let mut publisher = a.client().await;
     let mut client_b = b.client().await;
     let mut stream = subscribe(&mut client_b, TOPIC, SUB, Sub::default()).await;
-    let watchers = format!("redq:{{{TOPIC}}}:watchers");
-    let deadline = Instant::now() + EVENTUALLY;
-    while redis.cli(&["HLEN", &watchers]).trim() != "1" && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert_eq!(redis.cli(&["HLEN", &watchers]).trim(), "1", "b watches");
+    watchers_once(&redis, 1).await;
     let hints_before = redis.calls_of("publish");
     let mut slowest = Duration::ZERO;
     for round in 0..ROUNDS {
@@ -242,15 +237,9 @@ async fn a_publish_on_one_replica_wakes_the_streams_of_another_at_once() {
 /// died) is forgotten by the next script that appends, and hinted no more.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watcher_whose_place_ran_out_is_forgotten_and_not_hinted() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis.url(), &[]).await;
-    let mut client = server.client().await;
+    let (redis, _server, mut client) = redis_server_and_client().await;
     let mut stream = subscribe(&mut client, TOPIC, SUB, Sub::default()).await;
-    let watchers = format!("redq:{{{TOPIC}}}:watchers");
-    let deadline = Instant::now() + EVENTUALLY;
-    while redis.cli(&["HLEN", &watchers]).trim() != "1" && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let watchers = watchers_once(&redis, 1).await;
     redis.cli(&["HSET", &watchers, "a-replica-that-died", "1"]);
     let hints_before = redis.calls_of("publish");
     publish(&mut client, TOPIC, ["m0"]).await;
@@ -271,21 +260,21 @@ async fn a_watcher_whose_place_ran_out_is_forgotten_and_not_hinted() {
 /// A replica whose last stream of a topic ended leaves the topic's watchers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_leaves_the_watchers_of_a_topic_when_its_last_stream_ends() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis.url(), &[]).await;
-    let mut client = server.client().await;
+    let (redis, _server, mut client) = redis_server_and_client().await;
     let stream = subscribe(&mut client, TOPIC, SUB, Sub::default()).await;
-    let watchers = format!("redq:{{{TOPIC}}}:watchers");
-    let hlen = || redis.cli(&["HLEN", &watchers]).trim().to_owned();
-    let deadline = Instant::now() + EVENTUALLY;
-    while hlen() != "1" && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert_eq!(hlen(), "1", "watching");
+    watchers_once(&redis, 1).await;
     drop(stream);
+    watchers_once(&redis, 0).await;
+}
+
+/// The key of `TOPIC`'s watchers, once `n` replicas are among them.
+async fn watchers_once(redis: &RedisServer, n: usize) -> String {
+    let watchers = format!("redq:{{{TOPIC}}}:watchers");
+    let count = || redis.cli(&["HLEN", &watchers]).trim().parse::<usize>().ok();
     let deadline = Instant::now() + EVENTUALLY;
-    while hlen() != "0" && Instant::now() < deadline {
+    while count() != Some(n) && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert_eq!(hlen(), "0", "watchers after the last stream ended");
+    assert_eq!(count(), Some(n), "replicas among the watchers");
+    watchers
 }

@@ -47,9 +47,7 @@ fn assert_delivery(got: &[pb::ReceivedMessage], id: &str, attempt: u32) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nack_with_delay_redelivers_not_before_the_delay() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis.url(), &[]).await;
-    let mut client = server.client().await;
+    let (_redis, _server, mut client) = redis_server_and_client().await;
 
     let id = publish(&mut client, TOPIC, ["later please"])
         .await
@@ -99,9 +97,7 @@ async fn nack_with_delay_redelivers_not_before_the_delay() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plain_nack_backs_off_exponentially_up_to_the_maximum() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis.url(), &[]).await;
-    let mut client = server.client().await;
+    let (_redis, _server, mut client) = redis_server_and_client().await;
 
     let id = publish(&mut client, TOPIC, ["flaky"]).await.remove(0);
     let mut stream = subscribe(
@@ -139,9 +135,7 @@ async fn plain_nack_backs_off_exponentially_up_to_the_maximum() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expired_lease_is_redelivered_after_deadline_plus_backoff() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis.url(), &[]).await;
-    let mut client = server.client().await;
+    let (_redis, _server, mut client) = redis_server_and_client().await;
 
     let id = publish(&mut client, TOPIC, ["slow consumer"])
         .await
@@ -380,9 +374,7 @@ async fn expired_max_attempts_times_lands_in_dead_letters_exactly_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_dead_letters_pages_oldest_first() {
     const N: usize = 25;
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis.url(), &[]).await;
-    let mut client = server.client().await;
+    let (_redis, server, mut client) = redis_server_and_client().await;
     let mut admin = server.admin().await;
 
     let ids = publish(&mut client, TOPIC, payloads("dl", N)).await;
@@ -450,9 +442,7 @@ async fn list_dead_letters_pages_oldest_first() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zero_delay_and_zero_deadline_skip_the_backoff() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis.url(), &[]).await;
-    let mut client = server.client().await;
+    let (_redis, _server, mut client) = redis_server_and_client().await;
 
     let id = publish(&mut client, TOPIC, ["again"]).await.remove(0);
     // A 10-minute backoff: any redelivery within this test skipped it.
@@ -488,9 +478,7 @@ async fn zero_delay_and_zero_deadline_skip_the_backoff() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retry_settings_come_from_the_subscribe_that_creates_the_subscription() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis.url(), &[]).await;
-    let mut client = server.client().await;
+    let (_redis, server, mut client) = redis_server_and_client().await;
     let mut admin = server.admin().await;
 
     // The first Subscribe creates the subscription with a short backoff and two
@@ -606,9 +594,7 @@ async fn subscribe_error(client: &mut Client, request: pb::SubscribeRequest) -> 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_retry_settings_and_nack_delays_are_rejected_naming_the_field() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis.url(), &[]).await;
-    let mut client = server.client().await;
+    let (_redis, _server, mut client) = redis_server_and_client().await;
 
     let inverted = Sub::deadline(NO_REDELIVERY).retry(ms(2000), ms(1000));
     assert_status(

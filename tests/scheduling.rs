@@ -229,9 +229,7 @@ async fn never_delivered_before_due(server_args: &[&str]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn past_due_time_is_delivered_at_once() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis.url(), &[]).await;
-    let mut client = server.client().await;
+    let (_redis, _server, mut client) = redis_server_and_client().await;
 
     let an_hour_ago = SystemTime::now() - Duration::from_secs(3600);
     let resp = schedule(&mut client, TOPIC, message("late"), Due::At(an_hour_ago)).await;
@@ -279,9 +277,7 @@ async fn past_due_time_is_delivered_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelled_before_due_is_never_delivered() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis.url(), &[]).await;
-    let mut client = server.client().await;
+    let (_redis, _server, mut client) = redis_server_and_client().await;
     let mut stream = subscribe(&mut client, TOPIC, SUB, Sub::deadline(NO_REDELIVERY)).await;
 
     let due = Due::in_ms(3000);
@@ -321,9 +317,7 @@ async fn cancelled_before_due_is_never_delivered() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_and_reschedule_after_delivery_return_false() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis.url(), &[]).await;
-    let mut client = server.client().await;
+    let (_redis, _server, mut client) = redis_server_and_client().await;
     let mut stream = subscribe(&mut client, TOPIC, SUB, Sub::deadline(NO_REDELIVERY)).await;
 
     let resp = schedule(&mut client, TOPIC, message("soon"), Due::in_ms(300)).await;
@@ -342,9 +336,7 @@ async fn cancel_and_reschedule_after_delivery_return_false() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reschedule_moves_the_due_time_later_and_earlier() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis.url(), &[]).await;
-    let mut client = server.client().await;
+    let (_redis, _server, mut client) = redis_server_and_client().await;
     let mut stream = subscribe(&mut client, TOPIC, SUB, Sub::deadline(NO_REDELIVERY)).await;
 
     let later = schedule(&mut client, TOPIC, message("later"), Due::in_ms(2000)).await;

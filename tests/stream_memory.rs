@@ -35,9 +35,7 @@ fn rss_mib(pid: i32) -> u64 {
 
 #[tokio::test]
 async fn streams_whose_clients_do_not_read_stay_within_their_byte_budget() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis.url(), &[]).await;
-    let mut client = server.client().await;
+    let (_redis, server, mut client) = redis_server_and_client().await;
     let payload = Bytes::from(vec![b'x'; PAYLOAD]);
     // Three per call: gRPC clients refuse messages over 4 MiB by default.
     for _ in 0..MESSAGES / 3 {
@@ -109,9 +107,7 @@ async fn streams_whose_clients_do_not_read_stay_within_their_byte_budget() {
 
 #[tokio::test]
 async fn deliveries_a_client_never_got_are_given_back_when_it_leaves() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis.url(), &[]).await;
-    let mut client = server.client().await;
+    let (_redis, server, mut client) = redis_server_and_client().await;
     // Large enough that a client that does not read leaves most of them in
     // the server's buffers (HTTP/2 windows take the first few).
     let payload = Bytes::from(vec![b'y'; 900 * 1024]);

@@ -15,13 +15,6 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Code, Streaming};
 
-async fn start() -> (RedisServer, TestServer, Client) {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis.url(), &[]).await;
-    let client = server.client().await;
-    (redis, server, client)
-}
-
 /// An open PublishStream: requests go in through `send`.
 struct PublishStream {
     requests: mpsc::Sender<pb::PublishStreamRequest>,
@@ -82,7 +75,7 @@ impl PublishStream {
 
 #[tokio::test]
 async fn publish_stream_answers_each_request_and_a_bad_one_fails_alone() {
-    let (_redis, _server, mut client) = start().await;
+    let (_redis, _server, mut client) = redis_server_and_client().await;
     let mut subscriber = subscribe(&mut client, "orders", "s", Sub::default()).await;
     let mut stream = PublishStream::open(&mut client).await;
     stream
@@ -137,7 +130,7 @@ async fn publish_stream_answers_each_request_and_a_bad_one_fails_alone() {
 /// fails alone.
 #[tokio::test]
 async fn publish_stream_retries_of_a_request_dedupe_id_publish_nothing_again() {
-    let (_redis, _server, mut client) = start().await;
+    let (_redis, _server, mut client) = redis_server_and_client().await;
     let mut subscriber = subscribe(&mut client, "orders", "s", Sub::default()).await;
     let mut stream = PublishStream::open(&mut client).await;
     let batch = || {
@@ -191,7 +184,7 @@ async fn publish_stream_retries_of_a_request_dedupe_id_publish_nothing_again() {
 
 #[tokio::test]
 async fn publish_stream_keeps_request_order_within_a_topic_under_load() {
-    let (_redis, _server, mut client) = start().await;
+    let (_redis, _server, mut client) = redis_server_and_client().await;
     let mut stream = PublishStream::open(&mut client).await;
     const REQUESTS: u64 = 3_000;
     for id in 0..REQUESTS {
@@ -284,7 +277,7 @@ impl SubStream {
 
 #[tokio::test]
 async fn acks_and_nacks_on_the_stream() {
-    let (_redis, _server, mut client) = start().await;
+    let (_redis, _server, mut client) = redis_server_and_client().await;
     let mut stream =
         SubStream::open(&mut client, "t", "s", Sub::deadline(Duration::from_secs(2))).await;
     publish(&mut client, "t", ["a", "b", "c"]).await;
@@ -322,7 +315,7 @@ async fn acks_and_nacks_on_the_stream() {
 
 #[tokio::test]
 async fn confirmations_say_what_was_applied() {
-    let (_redis, _server, mut client) = start().await;
+    let (_redis, _server, mut client) = redis_server_and_client().await;
     let mut stream = SubStream::open(&mut client, "t", "s", Sub::default()).await;
     publish(&mut client, "t", ["a", "b"]).await;
     let got = stream.messages(2, EVENTUALLY).await;
@@ -365,7 +358,7 @@ async fn confirmations_say_what_was_applied() {
 
 #[tokio::test]
 async fn a_deadline_extended_on_the_stream_keeps_the_lease() {
-    let (_redis, _server, mut client) = start().await;
+    let (_redis, _server, mut client) = redis_server_and_client().await;
     let deadline = Duration::from_secs(1);
     let mut stream = SubStream::open(&mut client, "t", "s", Sub::deadline(deadline)).await;
     publish(&mut client, "t", ["slow"]).await;
@@ -383,7 +376,7 @@ async fn a_deadline_extended_on_the_stream_keeps_the_lease() {
 
 #[tokio::test]
 async fn flow_control_updates_on_the_stream() {
-    let (_redis, _server, mut client) = start().await;
+    let (_redis, _server, mut client) = redis_server_and_client().await;
     let mut stream = SubStream::open(
         &mut client,
         "t",
@@ -426,7 +419,7 @@ async fn flow_control_updates_on_the_stream() {
 
 #[tokio::test]
 async fn the_first_request_must_open_the_stream() {
-    let (_redis, _server, mut client) = start().await;
+    let (_redis, _server, mut client) = redis_server_and_client().await;
     let (requests, receiver) = mpsc::channel(1);
     requests
         .send(pb::StreamingSubscribeRequest {
@@ -452,7 +445,7 @@ async fn the_first_request_must_open_the_stream() {
 
 #[tokio::test]
 async fn closing_the_request_side_ends_the_stream_and_keeps_unacked_messages() {
-    let (_redis, _server, mut client) = start().await;
+    let (_redis, _server, mut client) = redis_server_and_client().await;
     let mut stream =
         SubStream::open(&mut client, "t", "s", Sub::deadline(Duration::from_secs(1))).await;
     publish(&mut client, "t", ["kept"]).await;
@@ -477,7 +470,7 @@ async fn closing_the_request_side_ends_the_stream_and_keeps_unacked_messages() {
 
 #[tokio::test]
 async fn a_stream_closed_right_after_its_acks_leaves_nothing_stuck() {
-    let (_redis, _server, mut client) = start().await;
+    let (_redis, _server, mut client) = redis_server_and_client().await;
     for round in 0..5 {
         let topic = format!("closing-{round}");
         publish(&mut client, &topic, payloads("m", 5)).await;
@@ -549,7 +542,7 @@ async fn ack_batches_riding(server: &TestServer) -> f64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_stream_gets_each_message_by_the_fetch_its_publish_carried() {
     const ROUNDS: u64 = 20;
-    let (redis, server, mut client) = start().await;
+    let (redis, server, mut client) = redis_server_and_client().await;
     let mut stream = SubStream::open(&mut client, "t", "s", Sub::default()).await;
     let mut publisher = PublishStream::open(&mut client).await;
     // The stream's first fetches: on opening, and once its place among the
@@ -593,7 +586,7 @@ async fn a_waiting_stream_gets_each_message_by_the_fetch_its_publish_carried() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_stream_takes_the_room_an_ack_frees_by_the_fetch_the_ack_carried() {
     const BACKLOG: usize = 20;
-    let (redis, server, mut client) = start().await;
+    let (redis, server, mut client) = redis_server_and_client().await;
     publish(&mut client, "t", payloads("b", BACKLOG)).await;
     let opts = Sub::deadline(Duration::from_secs(60)).max_outstanding(1);
     let mut stream = SubStream::open(&mut client, "t", "s", opts).await;
@@ -655,7 +648,7 @@ async fn a_full_stream_takes_the_room_an_ack_frees_by_the_fetch_the_ack_carried(
 async fn acks_of_a_stream_with_room_ride_on_the_fetch_the_next_publish_carries() {
     const ROUNDS: u64 = 50;
     let deadline = Duration::from_secs(2);
-    let (redis, server, mut client) = start().await;
+    let (redis, server, mut client) = redis_server_and_client().await;
     let mut stream = SubStream::open(&mut client, "t", "s", Sub::deadline(deadline)).await;
     let mut publisher = PublishStream::open(&mut client).await;
     tokio::time::sleep(Duration::from_millis(500)).await;

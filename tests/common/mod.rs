@@ -616,6 +616,14 @@ pub fn message(payload: impl Into<Bytes>) -> pb::PublishMessage {
 }
 
 /// Publishes one message per payload and returns the ids (one per payload).
+/// A Redis of its own, a server on it with the default flags, and a client.
+pub async fn redis_server_and_client() -> (RedisServer, TestServer, Client) {
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis.url(), &[]).await;
+    let client = server.client().await;
+    (redis, server, client)
+}
+
 pub async fn publish<P: Into<Bytes>>(
     client: &mut Client,
     topic: &str,
