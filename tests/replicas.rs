@@ -257,6 +257,36 @@ async fn a_watcher_whose_place_ran_out_is_forgotten_and_not_hinted() {
     assert_eq!(redis.cli(&["HLEN", &watchers]).trim(), "1", "live watchers");
 }
 
+/// A replica whose place among a topic's watchers was lost (Redis lost its
+/// data, or another replica forgot it after a long pause) takes it back at
+/// its next renewal, and is hinted again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_whose_watch_was_lost_takes_it_back_and_is_hinted_again() {
+    let redis = RedisServer::start();
+    let a = TestServer::start(&redis.url(), &[]).await;
+    let b = TestServer::start(&redis.url(), &[]).await;
+    let mut publisher = a.client().await;
+    let mut client_b = b.client().await;
+    let mut stream = subscribe(&mut client_b, TOPIC, SUB, Sub::default()).await;
+    let watchers = watchers_once(&redis, 1).await;
+    redis.cli(&["DEL", &watchers]);
+    let lost = Instant::now();
+    watchers_once(&redis, 1).await;
+    println!("place taken back after {:?}", lost.elapsed());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let hints_before = redis.calls_of("publish");
+    let sent = Instant::now();
+    publish(&mut publisher, TOPIC, ["after"]).await;
+    let got = next_messages(&mut stream, 1, Duration::from_secs(3)).await;
+    assert_eq!(payloads_of(&got), ["after"]);
+    assert_eq!(redis.calls_of("publish") - hints_before, 1, "hints sent");
+    assert!(
+        sent.elapsed() < Duration::from_secs(2),
+        "delivered after {:?}",
+        sent.elapsed()
+    );
+}
+
 /// A replica whose last stream of a topic ended leaves the topic's watchers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_leaves_the_watchers_of_a_topic_when_its_last_stream_ends() {
