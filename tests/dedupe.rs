@@ -20,11 +20,13 @@ const NO_REDELIVERY: Duration = Duration::from_secs(300);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn republish_within_window_returns_the_original_id_and_is_delivered_once() {
-    let redis = RedisServer::start();
-    let server = TestServer::start(&redis.url(), &[]).await;
-    let other = TestServer::start(&redis.url(), &[]).await;
-    let mut client = server.client().await;
-    let mut other_client = other.client().await;
+    let TwoReplicas {
+        redis: _redis,
+        a: _server,
+        b: _other,
+        client_a: mut client,
+        client_b: mut other_client,
+    } = two_replicas().await;
 
     let first = publish_messages(
         &mut client,

@@ -18,11 +18,13 @@ const SUB: &str = "indexer";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_outstanding_holds_when_acks_go_to_another_replica() {
-    let redis = RedisServer::start();
-    let a = TestServer::start(&redis.url(), &[]).await;
-    let b = TestServer::start(&redis.url(), &[]).await;
-    let mut client_a = a.client().await;
-    let mut client_b = b.client().await;
+    let TwoReplicas {
+        redis: _redis,
+        a: _a,
+        b: _b,
+        mut client_a,
+        mut client_b,
+    } = two_replicas().await;
 
     let opts = Sub::deadline(Duration::from_secs(300)).max_outstanding(5);
     let mut stream = subscribe(&mut client_a, TOPIC, SUB, opts).await;
@@ -200,13 +202,13 @@ async fn publishes_that_returned_ok_survive_kill9_of_the_replica() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_publish_on_one_replica_wakes_the_streams_of_another_at_once() {
     const ROUNDS: usize = 10;
-    let redis = RedisServer::start();
-    let a = TestServer::start(&redis.url(), &[]).await;
-    let b = TestServer::start(&redis.url(), &[]).await;
-    let mut publisher = a.client().await;
-    let mut client_b = b.client().await;
-    let mut stream = subscribe(&mut client_b, TOPIC, SUB, Sub::default()).await;
-    watchers_once(&redis, 1).await;
+    let (replicas, mut stream, _) = stream_on_b_among_the_watchers().await;
+    let TwoReplicas {
+        redis,
+        client_a: mut publisher,
+        mut client_b,
+        ..
+    } = replicas;
     let hints_before = redis.calls_of("publish");
     let mut slowest = Duration::ZERO;
     for round in 0..ROUNDS {
@@ -262,13 +264,12 @@ async fn a_watcher_whose_place_ran_out_is_forgotten_and_not_hinted() {
 /// its next renewal, and is hinted again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_whose_watch_was_lost_takes_it_back_and_is_hinted_again() {
-    let redis = RedisServer::start();
-    let a = TestServer::start(&redis.url(), &[]).await;
-    let b = TestServer::start(&redis.url(), &[]).await;
-    let mut publisher = a.client().await;
-    let mut client_b = b.client().await;
-    let mut stream = subscribe(&mut client_b, TOPIC, SUB, Sub::default()).await;
-    let watchers = watchers_once(&redis, 1).await;
+    let (replicas, mut stream, watchers) = stream_on_b_among_the_watchers().await;
+    let TwoReplicas {
+        redis,
+        client_a: mut publisher,
+        ..
+    } = replicas;
     redis.cli(&["DEL", &watchers]);
     let lost = Instant::now();
     watchers_once(&redis, 1).await;
@@ -295,6 +296,16 @@ async fn a_replica_leaves_the_watchers_of_a_topic_when_its_last_stream_ends() {
     watchers_once(&redis, 1).await;
     drop(stream);
     watchers_once(&redis, 0).await;
+}
+
+/// Two replicas, a stream of `TOPIC` on b, and the key of the topic's
+/// watchers once b is among them.
+async fn stream_on_b_among_the_watchers()
+-> (TwoReplicas, tonic::Streaming<pb::SubscribeResponse>, String) {
+    let mut replicas = two_replicas().await;
+    let stream = subscribe(&mut replicas.client_b, TOPIC, SUB, Sub::default()).await;
+    let watchers = watchers_once(&replicas.redis, 1).await;
+    (replicas, stream, watchers)
 }
 
 /// The key of `TOPIC`'s watchers, once `n` replicas are among them.

@@ -181,11 +181,13 @@ async fn expired_lease_is_redelivered_after_deadline_plus_backoff() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nacked_max_attempts_times_lands_in_dead_letters_exactly_once() {
     const ATTEMPTS: u32 = 3;
-    let redis = RedisServer::start();
-    let a = TestServer::start(&redis.url(), &[]).await;
-    let b = TestServer::start(&redis.url(), &[]).await;
-    let mut client_a = a.client().await;
-    let mut client_b = b.client().await;
+    let TwoReplicas {
+        redis: _redis,
+        a: _a,
+        b,
+        mut client_a,
+        mut client_b,
+    } = two_replicas().await;
     let mut admin = b.admin().await;
 
     let published_before = now_ms();

@@ -624,6 +624,31 @@ pub async fn redis_server_and_client() -> (RedisServer, TestServer, Client) {
     (redis, server, client)
 }
 
+/// A Redis of its own, two servers (replicas) on it with the default flags,
+/// and a client of each.
+pub struct TwoReplicas {
+    pub redis: RedisServer,
+    pub a: TestServer,
+    pub b: TestServer,
+    pub client_a: Client,
+    pub client_b: Client,
+}
+
+pub async fn two_replicas() -> TwoReplicas {
+    let redis = RedisServer::start();
+    let a = TestServer::start(&redis.url(), &[]).await;
+    let b = TestServer::start(&redis.url(), &[]).await;
+    let client_a = a.client().await;
+    let client_b = b.client().await;
+    TwoReplicas {
+        redis,
+        a,
+        b,
+        client_a,
+        client_b,
+    }
+}
+
 pub async fn publish<P: Into<Bytes>>(
     client: &mut Client,
     topic: &str,
