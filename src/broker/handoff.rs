@@ -238,10 +238,13 @@ impl Offers {
     }
 
     /// Leaves `acks` to ride on the next offer taken, if publishes take
-    /// these offers, one waits, and no other acks wait already.
+    /// these offers and no other acks wait already. No offer need wait now:
+    /// at a steady rate the ack often comes while a publish holds the offer,
+    /// its fetch on the way; the stream offers again once that fetch is in,
+    /// and the next publish takes it with the acks.
     fn leave_acks(&self, acks: AckRequest) -> Option<(u64, oneshot::Receiver<Rode>)> {
         let mut queue = self.lock();
-        if !queue.publishes_carry || queue.waiting.is_empty() || queue.riding.is_some() {
+        if !queue.publishes_carry || queue.riding.is_some() {
             return None;
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
@@ -330,5 +333,89 @@ impl Taken {
         let acked = fetched.as_mut().ok().and_then(|f| f.acked.take());
         let _ = self.reply.send(fetched);
         acked
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::leases::Lease;
+
+    fn request() -> FetchRequest {
+        FetchRequest {
+            spec: ConsumerSpec {
+                keys: TopicKeys::new("t"),
+                group: "s".into(),
+                consumer: "c".into(),
+                max_outstanding: 10,
+                lease: Duration::from_secs(10),
+                max_message_bytes: 1024,
+                ordered: false,
+            },
+            limit: 10,
+            max_bytes: 1 << 20,
+        }
+    }
+
+    fn acks(entry_id: &str) -> AckRequest {
+        AckRequest {
+            leases: vec![Lease {
+                entry_id: entry_id.into(),
+                consumer: "c".into(),
+                attempt: 1,
+            }],
+            listed: false,
+        }
+    }
+
+    fn riding_entry(taken: &Taken) -> Option<&str> {
+        let riding = taken.riding.as_ref()?;
+        Some(riding.acks.leases[0].entry_id.as_str())
+    }
+
+    #[test]
+    fn acks_wait_for_publishes_only_once_a_publish_took_an_offer() {
+        let offers = Arc::new(Offers::default());
+        let _offer = offers.offer(request());
+        assert!(
+            offers.leave_acks(acks("1-0")).is_none(),
+            "no publish carried yet"
+        );
+        assert!(offers.take().is_some());
+        // The stream withdraws its next offer to fetch on its own.
+        drop(offers.offer(request()));
+        assert!(
+            offers.leave_acks(acks("1-0")).is_none(),
+            "its stream fetches itself"
+        );
+    }
+
+    #[test]
+    fn acks_that_come_while_a_publish_holds_the_offer_ride_on_the_next_one() {
+        let offers = Arc::new(Offers::default());
+        let _first = offers.offer(request());
+        let in_flight = offers.take().expect("the publish takes the offer");
+        assert!(in_flight.riding.is_none());
+        // The ack comes before the stream offers again.
+        let (id, _rode) = offers.leave_acks(acks("1-0")).expect("the acks wait");
+        assert!(
+            offers.leave_acks(acks("2-0")).is_none(),
+            "one batch rides at a time"
+        );
+        let _second = offers.offer(request());
+        let next = offers.take().expect("the next publish takes the new offer");
+        assert_eq!(riding_entry(&next), Some("1-0"));
+        assert!(!offers.take_back_acks(id), "taken, not to be applied again");
+    }
+
+    #[test]
+    fn acks_no_offer_took_are_taken_back_whole() {
+        let offers = Arc::new(Offers::default());
+        let _first = offers.offer(request());
+        offers.take().expect("taken");
+        let (id, _rode) = offers.leave_acks(acks("1-0")).expect("the acks wait");
+        assert!(offers.take_back_acks(id));
+        let _second = offers.offer(request());
+        assert!(riding_entry(&offers.take().expect("taken")).is_none());
     }
 }
