@@ -16,9 +16,8 @@ import { writeFileSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { connect, Publisher, Subscriber } from '../index.js';
-import { MEASURED, WARM, cpuNow, procCpu, rawStub, stampedPayload, unary, sharedClock } from './common.js';
+import { cpuNow, fmt, inbox, median, procCpu, publishAtRate, rawStub, unary, warmUp } from './common.js';
 
 const { values: opts } = parseArgs({
   options: {
@@ -205,19 +204,7 @@ async function endToEnd(addr, mode, publisherOptions) {
   const topic = freshTopic(`e2e-${mode}`);
   const subscription = 'bench';
   const child = fork(fileURLToPath(new URL('./consumer.js', import.meta.url)), [], { stdio: 'inherit' });
-  const messages = [];
-  let arrived = null;
-  child.on('message', (msg) => {
-    messages.push(msg);
-    arrived?.();
-  });
-  const next = async (type) => {
-    for (;;) {
-      const msg = messages.find((m) => m.type === type);
-      if (msg) return msg;
-      await new Promise((resolve) => (arrived = resolve));
-    }
-  };
+  const next = inbox(child);
   child.send({ addr, topic, subscription, count: COUNT, mode });
 
   let publish;
@@ -232,34 +219,12 @@ async function endToEnd(addr, mode, publisherOptions) {
     close = async () => stub.close();
   }
   // Warm-up, until the consumer has seen a message: its stream is up.
-  const warm = next('warm');
-  let warmed = false;
-  warm.then(() => (warmed = true));
-  while (!warmed) {
-    const payload = stampedPayload(sharedClock());
-    payload[8] = WARM;
-    await publish(payload);
-    await Promise.race([warm, sleep(10)]);
-  }
+  await warmUp(publish, next('warm'));
 
   child.send({ type: 'start' });
   const done = next('done');
   const r = await measure(async () => {
-    // A steady 2,000 msg/s: on each timer tick, publish what is due by now,
-    // each stamped just before its publish().
-    const start = performance.now();
-    const pending = [];
-    for (let sent = 0; sent < COUNT; ) {
-      const due = Math.min(COUNT, Math.floor(((performance.now() - start) * RATE) / 1000) + 1);
-      while (sent < due) {
-        const payload = stampedPayload(sharedClock());
-        payload[8] = MEASURED;
-        pending.push(publish(payload));
-        sent++;
-      }
-      await sleep(1);
-    }
-    await Promise.all(pending);
+    await publishAtRate(publish, COUNT, RATE);
     const report = await done;
     return { count: COUNT, p50: report.p50, p99: report.p99, otherCpuUs: report.cpuUs };
   });
@@ -269,12 +234,6 @@ async function endToEnd(addr, mode, publisherOptions) {
 }
 
 // ------------------------------------------------------------------ main
-
-const median = (xs) => {
-  const s = xs.filter((x) => x !== undefined && !Number.isNaN(x)).sort((a, b) => a - b);
-  return s.length === 0 ? undefined : s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
-};
-const fmt = (x, digits = 0) => (x === undefined ? '' : x.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits }));
 
 // Client kinds: the library as it comes, the library without automatic dedupe
 // ids (where it publishes what is measured: the ids cost the server a dedupe

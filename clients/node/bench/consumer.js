@@ -6,33 +6,10 @@
 // own CPU time.
 
 import { Subscriber } from '../index.js';
-import { WARM, cpuNow, quantile, rawStub, unary, sharedClock } from './common.js';
+import { latencyRecorder, rawStub, unary } from './common.js';
 
 function run({ addr, topic, subscription, count, mode }) {
-  const latencies = new Float64Array(count);
-  let n = 0;
-  let warm = false;
-  let cpuStart = 0;
-  let finish;
-  const finished = new Promise((resolve) => (finish = resolve));
-
-  // Called with each payload as it reaches the handler.
-  const onPayload = (payload) => {
-    const now = sharedClock();
-    if (payload[8] === WARM) {
-      if (!warm) {
-        warm = true;
-        process.send({ type: 'warm' });
-      }
-      return;
-    }
-    if (n < count) latencies[n++] = now - payload.readDoubleLE(0);
-    if (n === count) finish();
-  };
-
-  process.on('message', (msg) => {
-    if (msg.type === 'start') cpuStart = cpuNow();
-  });
+  const { onPayload, report } = latencyRecorder(count);
 
   let stop;
   if (mode === 'lib') {
@@ -57,10 +34,7 @@ function run({ addr, topic, subscription, count, mode }) {
     };
   }
 
-  finished.then(async () => {
-    const cpuUs = cpuNow() - cpuStart;
-    const sorted = Array.from(latencies).sort((a, b) => a - b);
-    process.send({ type: 'done', p50: quantile(sorted, 0.5), p99: quantile(sorted, 0.99), max: sorted[sorted.length - 1], cpuUs });
+  report.then(async () => {
     await stop();
     process.disconnect();
   });

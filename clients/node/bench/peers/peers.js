@@ -20,10 +20,9 @@ import { writeFileSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { AckPolicy, connect as natsConnect } from 'nats';
 import amqp from 'amqplib';
-import { MEASURED, WARM, cpuNow, procCpu, quantile, sharedClock, stampedPayload } from '../common.js';
+import { cpuNow, fmt, inbox, latencyRecorder, median, procCpu, publishAtRate, warmUp } from '../common.js';
 
 const RATE = 2000; // msg/s of the end-to-end workload
 const OUTSTANDING = 50; // single-message publishes in flight
@@ -110,37 +109,14 @@ const SYSTEMS = {
 
 // ------------------------------------------------------------ the consumer
 
-// The e2e consumer, a process of its own: like ../consumer.js, it reports
-// once a warm-up message came through, then the percentiles of handler time
-// minus the stamp in each measured payload, and its own CPU time.
+// The e2e consumer, a process of its own, as ../consumer.js (common.js'
+// latencyRecorder).
 async function consumer({ system, name, count }) {
   const client = await SYSTEMS[system].connect();
   const destination = await client.destination(name);
-  const latencies = new Float64Array(count);
-  let n = 0;
-  let warm = false;
-  let cpuStart = 0;
-  let finish;
-  const finished = new Promise((resolve) => (finish = resolve));
-  process.on('message', (msg) => {
-    if (msg.type === 'start') cpuStart = cpuNow();
-  });
-  const stop = await destination.consume((payload) => {
-    const now = sharedClock();
-    if (payload[8] === WARM) {
-      if (!warm) {
-        warm = true;
-        process.send({ type: 'warm' });
-      }
-      return;
-    }
-    if (n < count) latencies[n++] = now - payload.readDoubleLE(0);
-    if (n === count) finish();
-  });
-  await finished;
-  const cpuUs = cpuNow() - cpuStart;
-  const sorted = Array.from(latencies).sort((a, b) => a - b);
-  process.send({ type: 'done', p50: quantile(sorted, 0.5), p99: quantile(sorted, 0.99), cpuUs });
+  const { onPayload, report } = latencyRecorder(count);
+  const stop = await destination.consume(onPayload);
+  await report;
   await stop();
   await client.close();
   process.disconnect();
@@ -222,45 +198,13 @@ async function main() {
       const name = freshName('e2e');
       const d = await client.destination(name);
       const child = fork(fileURLToPath(import.meta.url), ['--consumer'], { stdio: 'inherit' });
-      const inbox = [];
-      let arrived = null;
-      child.on('message', (msg) => {
-        inbox.push(msg);
-        arrived?.();
-      });
-      const next = async (type) => {
-        for (;;) {
-          const msg = inbox.find((m) => m.type === type);
-          if (msg) return msg;
-          await new Promise((resolve) => (arrived = resolve));
-        }
-      };
+      const next = inbox(child);
       child.send({ system, name, count: COUNT });
-      const warm = next('warm');
-      let warmed = false;
-      warm.then(() => (warmed = true));
-      while (!warmed) {
-        const payload = stampedPayload(sharedClock());
-        payload[8] = WARM;
-        await d.publish(payload);
-        await Promise.race([warm, sleep(10)]);
-      }
+      await warmUp(d.publish, next('warm'));
       child.send({ type: 'start' });
       const done = next('done');
       const r = await measure(pid, async () => {
-        const start = performance.now();
-        const pending = [];
-        for (let sent = 0; sent < COUNT; ) {
-          const due = Math.min(COUNT, Math.floor(((performance.now() - start) * RATE) / 1000) + 1);
-          while (sent < due) {
-            const payload = stampedPayload(sharedClock());
-            payload[8] = MEASURED;
-            pending.push(d.publish(payload));
-            sent++;
-          }
-          await sleep(1);
-        }
-        await Promise.all(pending);
+        await publishAtRate(d.publish, COUNT, RATE);
         const report = await done;
         return { p50: report.p50, p99: report.p99, otherCpuUs: report.cpuUs };
       });
@@ -281,11 +225,6 @@ async function main() {
     },
   };
 
-  const median = (xs) => {
-    const s = xs.filter((x) => x !== undefined && !Number.isNaN(x)).sort((a, b) => a - b);
-    return s.length === 0 ? undefined : s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
-  };
-  const fmt = (x, digits = 0) => (x === undefined ? '' : x.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits }));
   const serverPid = (name) => {
     try {
       const pids = execFileSync('pgrep', ['-x', name]).toString().trim().split('\n');
