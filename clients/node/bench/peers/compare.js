@@ -47,7 +47,8 @@ function runScript(script, args, file) {
 }
 
 // One figure set per (workload, system) per round: throughput or latency, and
-// the server side's CPU per message.
+// the CPU per message of the client (both processes for e2e) and of the
+// server side.
 const figures = new Map();
 const record = (workload, system, figure) => {
   const key = `${workload}\t${system}`;
@@ -62,11 +63,11 @@ for (let round = 1; round <= rounds; round++) {
   for (const r of runScript('../bench.js', ['--addr', opts.addr, '--only', 'lib', ...pids], join(scratch, `redq-${round}.json`))) {
     const [redq, redis] = r.procUsPerMsg;
     const serverUs = opts.pids ? redq + redis : undefined;
-    record(r.workload, 'redq', { msgPerSec: r.msgPerSec, p50Ms: r.p50Ms, p99Ms: r.p99Ms, serverUs, redqUs: redq, redisUs: redis });
+    record(r.workload, 'redq', { msgPerSec: r.msgPerSec, p50Ms: r.p50Ms, p99Ms: r.p99Ms, clientUs: r.cpuUsPerMsg, serverUs, redqUs: redq, redisUs: redis });
   }
   console.error(`compare: round ${round} of ${rounds}: JetStream and RabbitMQ`);
   for (const r of runScript('peers.js', [], join(scratch, `peers-${round}.json`))) {
-    record(r.workload, r.system, { msgPerSec: r.msgPerSec, p50Ms: r.p50Ms, p99Ms: r.p99Ms, serverUs: r.serverUsPerMsg });
+    record(r.workload, r.system, { msgPerSec: r.msgPerSec, p50Ms: r.p50Ms, p99Ms: r.p99Ms, clientUs: r.cpuUsPerMsg, serverUs: r.serverUsPerMsg });
   }
 }
 rmSync(scratch, { recursive: true, force: true });
@@ -79,11 +80,12 @@ const cell = (workload, system) => {
   if (runs.length === 0) return '–';
   const main = workload === 'e2e-2000' ? `${fmt(mid(runs, 'p50Ms'), 3)} / ${fmt(mid(runs, 'p99Ms'), 3)} ms` : `${fmt(mid(runs, 'msgPerSec'))} msg/s`;
   const server = mid(runs, 'serverUs');
-  return server === undefined ? main : `${main}; server ${fmt(server, 1)} µs/msg`;
+  const cpu = `client ${fmt(mid(runs, 'clientUs'), 1)}${server === undefined ? '' : `, server ${fmt(server, 1)}`} µs/msg`;
+  return `${main}; ${cpu}`;
 };
 const workloads = [...new Set([...figures.keys()].map((k) => k.split('\t')[0]))];
 const lines = [
-  `${opts.quick ? 2000 : Number(opts.count)} messages of 100 bytes, median of ${rounds} round(s); e2e: p50 / p99`,
+  `${opts.quick ? 2000 : Number(opts.count)} messages of 100 bytes, median of ${rounds} round(s); e2e: p50 / p99; CPU: user + system`,
   '',
   `| workload | ${SYSTEMS.map((s) => LABELS[s]).join(' | ')} |`,
   `|---|${SYSTEMS.map(() => '---').join('|')}|`,
