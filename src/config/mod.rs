@@ -391,7 +391,9 @@ pub struct DevArgs {
 #[derive(Debug, Clone, Args)]
 pub struct Settings {
     /// Threads serving gRPC connections, each with a single-threaded
-    /// runtime of its own; a connection stays on one. 0: one per CPU core.
+    /// runtime of its own; a connection stays on one. 0: one per CPU core,
+    /// one fewer when Redis runs on this machine (a loopback address or a
+    /// Unix socket), which leaves Redis' own thread a core.
     #[arg(long, env = "REDQ_WORKERS", default_value_t = 0, value_parser = clap::value_parser!(u16).range(0..=1024))]
     pub workers: u16,
     /// Redis connections shared by all non-blocking commands.
@@ -460,10 +462,15 @@ impl Settings {
         (self.durability == Durability::Replicated).then_some(self.replica_wait_timeout)
     }
 
-    /// Worker threads to start: `--workers`, else one per CPU core.
-    pub fn workers(&self) -> usize {
+    /// Worker threads to start: `--workers`, else one per CPU core, less
+    /// one when Redis shares the machine: its single thread does as much
+    /// work per message as redq, and a worker that competes with it for
+    /// a core only adds wake-ups of one thread by another (BENCHMARKS.md).
+    pub fn workers(&self, redis_on_this_machine: bool) -> usize {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         match self.workers {
-            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            0 if redis_on_this_machine => cores.saturating_sub(1).max(1),
+            0 => cores,
             n => n.into(),
         }
     }

@@ -105,6 +105,18 @@ fn parse_sentinel(rest: &str) -> Result<SentinelTarget, String> {
 }
 
 impl Topology {
+    /// Whether Redis runs on this machine: every server the URL names is on
+    /// a loopback address or a Unix socket (for Sentinel: every Sentinel).
+    pub fn on_this_machine(&self) -> bool {
+        match self {
+            Topology::Standalone(url) => url_on_this_machine(url),
+            Topology::Cluster(seeds) => seeds.iter().all(|seed| url_on_this_machine(seed)),
+            Topology::Sentinel(target) => {
+                target.sentinels.iter().all(|(host, _)| is_loopback(host))
+            }
+        }
+    }
+
     /// Reads a `--redis-url`; the error says what is wrong without the URL
     /// (it may hold a password).
     pub fn parse(url: &str) -> Result<Self, String> {
@@ -140,6 +152,24 @@ impl Topology {
         }
         Ok(Topology::Cluster(seeds))
     }
+}
+
+fn url_on_this_machine(url: &str) -> bool {
+    match url.into_connection_info().map(|info| info.addr().clone()) {
+        Ok(ConnectionAddr::Unix(_)) => true,
+        Ok(ConnectionAddr::Tcp(host, _) | ConnectionAddr::TcpTls { host, .. }) => {
+            is_loopback(&host)
+        }
+        Ok(_) | Err(_) => false,
+    }
+}
+
+fn is_loopback(host: &str) -> bool {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// How to reach Redis: `--redis-url`, and what proves redq to it and it to
@@ -668,5 +698,29 @@ mod tests {
         assert!(Topology::parse("redis+sentinel://h:26379").is_err());
         let err = Topology::parse("redis+cluster://u:secret@h:1/0").unwrap_err();
         assert!(!err.contains("secret"));
+    }
+
+    #[test]
+    fn redis_on_loopback_or_a_unix_socket_is_on_this_machine() {
+        let on_this_machine = |url: &str| Topology::parse(url).unwrap().on_this_machine();
+        for url in [
+            "redis://127.0.0.1:6379",
+            "redis://localhost",
+            "rediss://user:pw@127.0.0.2:6380/1",
+            "redis://[::1]:6379",
+            "unix:///tmp/redis.sock",
+            "redis+cluster://127.0.0.1:7000,localhost:7001",
+            "redis+sentinel://127.0.0.1:26379/mymaster",
+        ] {
+            assert!(on_this_machine(url), "{url}");
+        }
+        for url in [
+            "redis://10.0.0.1:6379",
+            "redis://redis.default.svc:6379",
+            "redis+cluster://127.0.0.1:7000,10.0.0.2:7001",
+            "redis+sentinel://127.0.0.1:26379,sentinel-1:26379/mymaster",
+        ] {
+            assert!(!on_this_machine(url), "{url}");
+        }
     }
 }

@@ -53,6 +53,8 @@ pub struct Store {
     worker_connections: Arc<Mutex<Vec<(Handle, Connection)>>>,
     /// This replica's name among a topic's watchers (see [`hints`]).
     replica: Arc<str>,
+    /// Redis runs on this machine (see [`Topology::on_this_machine`]).
+    redis_on_this_machine: bool,
     backend: Backend,
 }
 
@@ -125,6 +127,7 @@ impl Store {
         let topology = Topology::parse(&access.url).map_err(|why| {
             redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, "bad URL", why))
         })?;
+        let redis_on_this_machine = topology.on_this_machine();
         let backend = match topology {
             Topology::Standalone(url) => {
                 let client = access.client(&url)?;
@@ -159,8 +162,14 @@ impl Store {
             replica_wait: None,
             worker_connections: Arc::default(),
             replica: uuid::Uuid::new_v4().simple().to_string().into(),
+            redis_on_this_machine,
             backend,
         })
+    }
+
+    /// Whether Redis runs on this machine, sharing its cores with redq.
+    pub fn redis_on_this_machine(&self) -> bool {
+        self.redis_on_this_machine
     }
 
     /// This store, acknowledging writes only once a replica has them when
