@@ -130,43 +130,39 @@ pub async fn run(
     // Each worker serves the same routes over a Redis connection of its own,
     // so that its calls never wait on another thread.
     let http2 = settings.security.clone();
-    let mut workers = Workers::start(
-        settings.workers(store.redis_on_this_machine()),
-        security.grpc.clone(),
-        move |incoming| {
-            let broker = workers_broker.clone();
-            let limits = limits.clone();
-            let authorizer = authorizer.clone();
-            let http2 = http2.clone();
-            let routes = shared_routes.clone();
-            let stop = workers_stop.clone();
-            async move {
-                let broker = broker.with_store(broker.store().with_own_shared_connection()?);
-                let admin = AdminServiceServer::new(AdminApi::new(
-                    broker.clone(),
-                    limits.clone(),
-                    authorizer.clone(),
-                ));
-                let queue = QueueServiceServer::new(QueueApi::new(broker, limits, authorizer))
-                    .max_decoding_message_size(max_request);
-                let routes = crate::grpc::content_type::grpc_only(
-                    routes.add_service(queue).add_service(admin),
-                );
-                tonic::transport::Server::builder()
-                    .max_concurrent_streams(http2.max_concurrent_streams)
-                    // hyper's guard against streams the server resets for errors
-                    // (tonic turns it off by default): RUSTSEC-2024-0003.
-                    .http2_max_local_error_reset_streams(Some(LOCAL_RESET_STREAMS))
-                    .http2_max_header_list_size(http2.max_header_list_bytes)
-                    .http2_keepalive_interval(Some(http2.http2_keepalive_interval))
-                    .http2_keepalive_timeout(Some(http2.http2_keepalive_timeout))
-                    .add_routes(routes)
-                    .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
-                    .await?;
-                Ok(())
-            }
-        },
-    )?;
+    let worker_count = settings.workers(store.redis_on_this_machine());
+    let mut workers = Workers::start(worker_count, security.grpc.clone(), move |incoming| {
+        let broker = workers_broker.clone();
+        let limits = limits.clone();
+        let authorizer = authorizer.clone();
+        let http2 = http2.clone();
+        let routes = shared_routes.clone();
+        let stop = workers_stop.clone();
+        async move {
+            let broker = broker.with_store(broker.store().with_own_shared_connection()?);
+            let admin = AdminServiceServer::new(AdminApi::new(
+                broker.clone(),
+                limits.clone(),
+                authorizer.clone(),
+            ));
+            let queue = QueueServiceServer::new(QueueApi::new(broker, limits, authorizer))
+                .max_decoding_message_size(max_request);
+            let routes =
+                crate::grpc::content_type::grpc_only(routes.add_service(queue).add_service(admin));
+            tonic::transport::Server::builder()
+                .max_concurrent_streams(http2.max_concurrent_streams)
+                // hyper's guard against streams the server resets for errors
+                // (tonic turns it off by default): RUSTSEC-2024-0003.
+                .http2_max_local_error_reset_streams(Some(LOCAL_RESET_STREAMS))
+                .http2_max_header_list_size(http2.max_header_list_bytes)
+                .http2_keepalive_interval(Some(http2.http2_keepalive_interval))
+                .http2_keepalive_timeout(Some(http2.http2_keepalive_timeout))
+                .add_routes(routes)
+                .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
+                .await?;
+            Ok(())
+        }
+    })?;
     let grpc_server = {
         let stop = stop.clone();
         let workers_finished = workers.finished();
@@ -187,7 +183,7 @@ pub async fn run(
     let http_server =
         axum::serve(http, http_routes).with_graceful_shutdown(stop.clone().cancelled_owned());
 
-    tracing::info!(%grpc_addr, metrics_addr = %http_addr, "serving");
+    tracing::info!(%grpc_addr, metrics_addr = %http_addr, workers = worker_count, "serving");
     let mut grpc_task = tokio::spawn(grpc_server);
     let http_task = tokio::spawn(async move { http_server.await });
 
