@@ -312,6 +312,11 @@ export interface SubscribeOptions {
   maxExtension?: number;
   /** Redelivery delay after a handler fails, ms (default: the subscription's retry backoff). */
   nackDelay?: number;
+  /**
+   * ms an ack or nack may wait to share a request with later ones while the stream holds
+   * less than half of maxOutstanding (default 10; 0: sent at the end of the event loop's phase).
+   */
+  ackLinger?: number;
   /** Where a new subscription starts (default 'earliest'). */
   start?: 'earliest' | 'latest';
   /** Retry backoff of a new subscription, ms. */

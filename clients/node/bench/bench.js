@@ -10,6 +10,7 @@
 //
 //   node bench/bench.js [--addr HOST:PORT] [--count 100000] [--quick] [--runs 1]
 //                       [--only lib,lib-nodedupe,raw] [--workloads a,b] [--pids REDQ,REDIS] [--json FILE]
+//                       [--ack-linger MS]  (the Subscriber's ackLinger; default the library's)
 
 import { fork } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
@@ -29,6 +30,7 @@ const { values: opts } = parseArgs({
     workloads: { type: 'string' },
     pids: { type: 'string' },
     json: { type: 'string' },
+    'ack-linger': { type: 'string' },
   },
 });
 if (!opts.addr) {
@@ -39,6 +41,8 @@ const COUNT = opts.quick ? 2000 : Number(opts.count);
 const RUNS = Number(opts.runs);
 const PIDS = opts.pids ? opts.pids.split(',').map(Number) : [];
 const PAYLOAD = Buffer.alloc(100, 0x61);
+// The Subscriber options of consume-ack and e2e-2000 (the library's own defaults unless --ack-linger).
+const SUBSCRIBE = { maxOutstanding: 100, ...(opts['ack-linger'] === undefined ? {} : { ackLinger: Number(opts['ack-linger']) }) };
 const RATE = 2000; // msg/s of the end-to-end workload
 const runId = randomBytes(4).toString('hex');
 let topicSeq = 0;
@@ -130,7 +134,7 @@ const workloads = {
         const all = new Promise((resolve) => (done = resolve));
         subscriber.subscribe(topic, 'bench', () => {
           if (++n === COUNT) done();
-        }, { maxOutstanding: 100 });
+        }, SUBSCRIBE);
         await all;
         await subscriber.close(); // the last acks applied
         return { count: COUNT };
@@ -205,7 +209,7 @@ async function endToEnd(addr, mode, publisherOptions) {
   const subscription = 'bench';
   const child = fork(fileURLToPath(new URL('./consumer.js', import.meta.url)), [], { stdio: 'inherit' });
   const next = inbox(child);
-  child.send({ addr, topic, subscription, count: COUNT, mode });
+  child.send({ addr, topic, subscription, count: COUNT, mode, subscribeOptions: SUBSCRIBE });
 
   let publish;
   let close;

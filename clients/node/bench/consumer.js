@@ -8,13 +8,13 @@
 import { Subscriber } from '../index.js';
 import { latencyRecorder, rawStub, unary } from './common.js';
 
-function run({ addr, topic, subscription, count, mode }) {
+function run({ addr, topic, subscription, count, mode, subscribeOptions }) {
   const { onPayload, report } = latencyRecorder(count);
 
   let stop;
   if (mode === 'lib') {
     const subscriber = new Subscriber(addr);
-    subscriber.subscribe(topic, subscription, (m) => onPayload(m.payload), { maxOutstanding: 100 });
+    subscriber.subscribe(topic, subscription, (m) => onPayload(m.payload), subscribeOptions);
     stop = () => subscriber.close();
   } else {
     const stub = rawStub(addr);

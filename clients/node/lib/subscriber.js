@@ -92,6 +92,8 @@ export class Subscription {
    * @param {number} [options.ackDeadline] lease of each delivery in ms (default 30000)
    * @param {number} [options.maxExtension] how long a delivery's lease is extended in all, ms (default 3600000)
    * @param {number} [options.nackDelay] redelivery delay in ms after a handler fails (default: the retry backoff)
+   * @param {number} [options.ackLinger] ms an ack or nack may wait to share a request with later ones while
+   *   the stream holds less than half of maxOutstanding (default 10; 0: at the end of the event loop's phase)
    * @param {'earliest'|'latest'} [options.start] where a new subscription starts (default earliest)
    * @param {{minimumBackoff?: number, maximumBackoff?: number}} [options.retryPolicy] of a new subscription, ms
    * @param {number} [options.maxDeliveryAttempts] of a new subscription
@@ -115,6 +117,8 @@ export class Subscription {
     this.ackDeadline = options.ackDeadline ?? 30_000;
     this.maxExtension = options.maxExtension ?? 3_600_000;
     this.nackDelay = options.nackDelay;
+    this.ackLinger = options.ackLinger ?? 10;
+    if (!(this.ackLinger >= 0)) throw new RangeError('ackLinger: at least 0');
     this.initialBackoff = options.initialBackoff ?? 100;
     this.maxBackoff = options.maxBackoff ?? 5000;
     this.closeTimeout = options.closeTimeout ?? 10_000;
@@ -150,6 +154,9 @@ export class Subscription {
     this._delayedNacks = new Map(); // delay ms → messages
     this._modifies = [];
     this._flushQueued = false;
+    this._lingerTimer = null;
+    this._window = 0; // messages of this stream not yet acked or nacked on it
+    this._settling = 0; // of which settled here, waiting to be sent
     this._confirmWaiters = []; // flush() calls waiting for their confirmation
 
     this._closing = false;
@@ -255,6 +262,7 @@ export class Subscription {
     }
     this._call = call;
     this._callStatus = null;
+    this._window = this._settling; // the server counts what the new stream delivers
     this.stats.streams++;
     call.on('metadata', () => {
       this._failures = 0; // the server took the stream
@@ -315,6 +323,7 @@ export class Subscription {
       while (this._deliveries.length > 0 && this._deliveries[0].unsettled === 0) this._deliveries.shift();
       this._deliveries.push(delivery);
       this.stats.received += messages.length;
+      this._window += messages.length;
       this.stats.responses++;
       for (let i = 0; i < messages.length; i++) {
         const m = messages[i];
@@ -413,6 +422,7 @@ export class Subscription {
         list.push(m);
       }
     }
+    this._settling++;
     this._scheduleFlush();
   }
 
@@ -422,8 +432,21 @@ export class Subscription {
 
   // Acks wait for the end of the event loop's current phase (setImmediate,
   // not a microtask): handlers that finish in the same turn, say on the
-  // timers or the I/O callbacks of one poll, share a request.
+  // timers or the I/O callbacks of one poll, share a request. While the
+  // stream holds less than half of its maxOutstanding, they may wait up to
+  // ackLinger for later ones: the room they free is not needed yet, and at
+  // a steady rate one request (and one wake-up of the server) then carries
+  // many acks instead of one.
   _scheduleFlush() {
+    if (this._window < this._open.maxOutstandingMessages / 2 && this.ackLinger > 0 && !this._closing) {
+      if (this._lingerTimer === null) {
+        this._lingerTimer = setTimeout(() => {
+          this._lingerTimer = null;
+          this._flushAcks(false);
+        }, this.ackLinger);
+      }
+      return;
+    }
     if (!this._flushQueued) {
       this._flushQueued = true;
       setImmediate(() => {
@@ -439,6 +462,10 @@ export class Subscription {
   // them in different batches).
   _flushAcks(confirm) {
     if (this._call === null || this._ending || !this._hasPending()) return; // kept for the next stream
+    clearTimeout(this._lingerTimer);
+    this._lingerTimer = null;
+    this._window -= this._settling;
+    this._settling = 0;
     const requests = [];
     let nackDelay = this.nackDelay;
     let nacks = this._nacks;

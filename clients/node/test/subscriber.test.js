@@ -227,6 +227,41 @@ test('close waits for running handlers, acks them, and gives back the rest', asy
   assert.ok(rest.every((attempt) => attempt >= 2), `attempts ${rest}`);
 });
 
+test('acks linger while the stream holds under half its window, go at once past it, and on close', async () => {
+  const topic = unique('node-sub-linger');
+  const subscriber = new Subscriber(client);
+  const LINGER = 3_000;
+  let handled = 0;
+  const sub = subscriber.subscribe(topic, 'linger', () => {
+    handled++;
+  }, { maxOutstanding: 10, ackLinger: LINGER });
+  const acked = async () => (await subscriptionStats(topic, 'linger')).ackedCount;
+
+  // One message: 1 of 10 held, its ack waits for more.
+  await publisher.publish(topic, 'first');
+  await waitFor(() => handled === 1, 10_000, 'the first message');
+  const handledAt = performance.now();
+  await sleep(500);
+  assert.equal(await acked(), 0, 'the ack lingers');
+  await waitFor(async () => (await acked()) === 1, 10_000, 'the lingering ack');
+  assert.ok(performance.now() - handledAt >= LINGER - 100, 'sent after the linger, not before');
+
+  // Five at once: half the window held, their acks go at once.
+  await Promise.all(Array.from({ length: 5 }, (_, i) => publisher.publish(topic, `m${i}`)));
+  const publishedAt = performance.now();
+  await waitFor(async () => (await acked()) === 6, 10_000, 'the acks of a half-full window');
+  assert.ok(performance.now() - publishedAt < LINGER - 500, 'without lingering');
+
+  // close() sends a lingering ack at once.
+  await publisher.publish(topic, 'last');
+  await waitFor(() => handled === 7, 10_000, 'the last message');
+  const closing = performance.now();
+  await subscriber.close();
+  assert.ok(performance.now() - closing < LINGER - 500, 'close did not wait for the linger');
+  assert.equal(await acked(), 7);
+  assert.equal(sub.stats.acked, 7);
+});
+
 test('a broken stream is reopened and delivery goes on', async () => {
   const topic = unique('node-sub-reconnect');
   const proxy = await startProxy(address);
