@@ -155,7 +155,10 @@ export class Subscription {
     this._modifies = [];
     this._flushQueued = false;
     this._lingerTimer = null;
-    this._window = 0; // messages of this stream not yet acked or nacked on it
+    // Messages received and not yet acked or nacked on a stream. Those of a
+    // broken stream count until their acks go on the next one: the window
+    // errs high for a while then, and acks go at once, as without a linger.
+    this._window = 0;
     this._settling = 0; // of which settled here, waiting to be sent
     this._confirmWaiters = []; // flush() calls waiting for their confirmation
 
@@ -262,7 +265,6 @@ export class Subscription {
     }
     this._call = call;
     this._callStatus = null;
-    this._window = this._settling; // the server counts what the new stream delivers
     this.stats.streams++;
     call.on('metadata', () => {
       this._failures = 0; // the server took the stream
