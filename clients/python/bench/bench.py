@@ -10,6 +10,7 @@ Workloads, each on a fresh topic with 100-byte payloads:
 
     python bench/bench.py [--addr HOST:PORT] [--count N] [--quick] [--json FILE]
                           [--pids REDQ_PID,REDIS_PID] [--only publish1,e2e] [--impl lib,raw,sync]
+                          [--ack-linger SECONDS]  (the Subscriber's ack_linger; default the library's)
 
 Prints a Markdown table: msg/s (or latency), and CPU per message of the client
 process(es) and, with --pids, of the server processes (/proc/PID/stat).
@@ -40,6 +41,7 @@ PAYLOAD = b"x" * 100
 RATE = 2000  # msg/s of the e2e workload
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PUBLISHER_OPTIONS = {}  # --no-auto-dedupe: {"auto_dedupe": False}
+SUBSCRIBER_OPTIONS = {}  # of consume and e2e; --ack-linger: {"ack_linger": SECONDS}
 
 
 def cpu_self():
@@ -179,7 +181,7 @@ async def consume_lib(args, pids):
             done.set_result(None)
     subscriber = redq.aio.Subscriber(args.addr)
     with Measure(pids) as m:
-        sub = subscriber.subscribe(name, "bench", handler, max_outstanding=100)
+        sub = subscriber.subscribe(name, "bench", handler, max_outstanding=100, **SUBSCRIBER_OPTIONS)
         await done
         await sub.close()  # the last acks are sent
     await subscriber.close()
@@ -222,7 +224,7 @@ def consume_sync(args, pids):
                 done.set()
     with redq.Subscriber(args.addr) as subscriber:
         with Measure(pids) as m:
-            sub = subscriber.subscribe(name, "bench", handler, max_outstanding=100, concurrency=4)
+            sub = subscriber.subscribe(name, "bench", handler, max_outstanding=100, concurrency=4, **SUBSCRIBER_OPTIONS)
             done.wait()
             sub.close()
     asyncio.run(check_acked(args.addr, name, args.count))
@@ -253,7 +255,8 @@ async def e2e(args, pids, impl):
     warmup = 20
     consumer = subprocess.Popen(
         [sys.executable, os.path.abspath(__file__), "_consumer", "--impl", impl, "--addr", args.addr,
-         "--topic", name, "--count", str(args.count), "--warmup", str(warmup)],
+         "--topic", name, "--count", str(args.count), "--warmup", str(warmup)]
+        + ([] if args.ack_linger is None else ["--ack-linger", str(args.ack_linger)]),
         stdout=subprocess.PIPE, text=True)
     try:
         async with grpc.aio.insecure_channel(args.addr) as channel:
@@ -328,7 +331,7 @@ def consumer_main(args):
             if record(message.payload) and not done.done():
                 done.set_result(None)
         subscriber = redq.aio.Subscriber(args.addr)
-        sub = subscriber.subscribe(args.topic, "e2e", handler, max_outstanding=1000)
+        sub = subscriber.subscribe(args.topic, "e2e", handler, max_outstanding=1000, **SUBSCRIBER_OPTIONS)
         await done
         await sub.close()
         await subscriber.close()
@@ -445,12 +448,16 @@ def main():
                         help="lib, lib-flush, raw, sync (default: lib,lib-flush,raw)")
     parser.add_argument("--no-auto-dedupe", action="store_true",
                         help="library publishers without automatic dedupe ids (as the raw stubs publish)")
+    parser.add_argument("--ack-linger", type=float, metavar="SECONDS",
+                        help="the Subscriber's ack_linger in consume and e2e (default: the library's)")
     parser.add_argument("--outstanding", type=int, default=50, help=argparse.SUPPRESS)
     parser.add_argument("--topic", help=argparse.SUPPRESS)
     parser.add_argument("--warmup", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if not args.addr:
         parser.error("no server: give --addr HOST:PORT or set REDQ_ADDR")
+    if args.ack_linger is not None:
+        SUBSCRIBER_OPTIONS["ack_linger"] = args.ack_linger
     if args.command == "_consumer":
         return consumer_main(args)
     if args.quick:

@@ -264,8 +264,8 @@ class Subscriber:
         self.close()
 
     def subscribe(self, topic, subscription, handler, *, max_outstanding=100, concurrency=10, ack_deadline=30.0,
-                  consumer="", start=None, retry_policy=None, max_delivery_attempts=0, max_outstanding_bytes=0,
-                  message_ordering=False):
+                  ack_linger=0.010, consumer="", start=None, retry_policy=None, max_delivery_attempts=0,
+                  max_outstanding_bytes=0, message_ordering=False):
         """Starts receiving; returns the running Subscription.
 
         handler(message) runs in one of `concurrency` threads; returning acks
@@ -279,7 +279,8 @@ class Subscriber:
         core = self._core
 
         async def start():
-            sub = _ThreadedSubscription(core._stub, request, handler, max(1, concurrency), asyncio.get_running_loop())
+            sub = _ThreadedSubscription(core._stub, request, handler, max(1, concurrency), asyncio.get_running_loop(),
+                                        ack_linger)
             core._subscriptions.append(sub)
             return sub
         return Subscription(self._thread.run(start()), self._thread)

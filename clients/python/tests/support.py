@@ -8,6 +8,7 @@ and stops both at exit.
 
 import asyncio
 import atexit
+import inspect
 import os
 import re
 import shutil
@@ -83,10 +84,13 @@ def topic(name="t"):
 
 
 async def eventually(predicate, timeout=10.0, interval=0.02):
-    """Waits (bounded) until predicate() is true; returns its last value."""
+    """Waits (bounded) until predicate() is true (or what it returns, when
+    that is awaitable); returns its last value."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
+        if inspect.isawaitable(value):
+            value = await value
         if value or time.monotonic() > deadline:
             return value
         await asyncio.sleep(interval)

@@ -1,4 +1,4 @@
-"""redq.aio.Subscriber against a live redq: acks, nacks, failing handlers, lease extension, graceful close."""
+"""redq.aio.Subscriber against a live redq: acks, nacks, failing handlers, leases, ack linger, graceful close."""
 
 import asyncio
 import unittest
@@ -148,6 +148,44 @@ class SubscriberTest(unittest.IsolatedAsyncioTestCase):
         await support.eventually(lambda: len(rest) >= 20 - count)
         await other.close()
         self.assertEqual(sorted(rest + finished), sorted(b"m%d" % i for i in range(20)))
+
+    async def test_acks_linger_under_half_the_window_go_at_once_past_it_and_on_close(self):
+        topic = support.topic("linger")
+        linger = 3.0
+        handled = []  # loop times the handler ran
+        loop = asyncio.get_running_loop()
+        sub = self.subscriber.subscribe(topic, "linger", lambda m: handled.append(loop.time()), max_outstanding=10,
+                                        ack_linger=linger)
+
+        async def acked(count):
+            return (await self.subscription_stats(topic, "linger")).acked_count == count
+
+        # One message: 1 of 10 held, its ack waits for more.
+        await self.publish(topic, [b"first"])
+        self.assertTrue(await support.eventually(lambda: len(handled) == 1))
+        await asyncio.sleep(0.5)
+        self.assertTrue(await acked(0), "the ack lingers")
+        self.assertTrue(await support.eventually(lambda: acked(1), interval=0.05), "the lingering ack is sent")
+        self.assertGreaterEqual(loop.time() - handled[0], linger - 0.1, "sent after the linger, not before")
+
+        # Five at once: half the window held, their acks go at once.
+        published = loop.time()
+        await self.publish(topic, [b"m%d" % i for i in range(5)])
+        self.assertTrue(await support.eventually(lambda: acked(6), interval=0.05), "the acks of a half-full window")
+        self.assertLess(loop.time() - published, linger - 0.5, "without lingering")
+
+        # close() sends a lingering ack at once.
+        await self.publish(topic, [b"last"])
+        self.assertTrue(await support.eventually(lambda: len(handled) == 7))
+        closing = loop.time()
+        await sub.close()
+        self.assertLess(loop.time() - closing, linger - 0.5, "close did not wait for the linger")
+        self.assertTrue(await acked(7))
+        self.assertEqual(sub.stats.acked, 7)
+
+    async def test_negative_ack_linger_is_refused(self):
+        with self.assertRaisesRegex(ValueError, "ack_linger"):
+            self.subscriber.subscribe(support.topic("linger"), "s", lambda m: None, ack_linger=-0.001)
 
     async def test_bad_request_fails_the_subscription(self):
         with self.assertLogs("redq", "ERROR"):

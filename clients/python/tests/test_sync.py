@@ -88,6 +88,33 @@ class SyncTest(unittest.TestCase):
         with redq.Client(self.addr) as client:
             self.assertEqual(client.admin.GetSubscription(topic=topic, name="s").stats.acked_count, 1)
 
+    def test_acks_settled_in_handler_threads_linger_and_close_sends_them(self):
+        topic = support.topic("synclinger")
+        linger = 2.0
+        handled = []  # monotonic times the handler ran
+
+        def acked(count):
+            return client.admin.GetSubscription(topic=topic, name="s").stats.acked_count == count
+        with redq.Publisher(self.addr) as publisher, redq.Client(self.addr) as client, \
+                redq.Subscriber(self.addr) as subscriber:
+            sub = subscriber.subscribe(topic, "s", lambda m: handled.append(time.monotonic()), max_outstanding=10,
+                                       ack_linger=linger)
+            publisher.publish(topic, b"first").result(10)
+            self.assertTrue(support.eventually_sync(lambda: len(handled) == 1))
+            time.sleep(0.3)
+            self.assertTrue(acked(0), "the ack lingers")
+            self.assertTrue(support.eventually_sync(lambda: acked(1), interval=0.05), "the lingering ack is sent")
+            self.assertGreaterEqual(time.monotonic() - handled[0], linger - 0.1, "sent after the linger")
+
+            publisher.publish(topic, b"last").result(10)
+            self.assertTrue(support.eventually_sync(lambda: len(handled) == 2))
+            closing = time.monotonic()
+            sub.close()
+            self.assertLess(time.monotonic() - closing, linger - 0.5, "close did not wait for the linger")
+            self.assertTrue(acked(2))
+            with self.assertRaisesRegex(ValueError, "ack_linger"):
+                subscriber.subscribe(topic, "s", lambda m: None, ack_linger=-1)
+
     def test_client_schedule_cancel_reschedule_and_errors(self):
         topic = support.topic("syncclient")
         with redq.Client(self.addr) as client:

@@ -7,8 +7,10 @@ called by the reader itself (it could not overlap anything on the loop
 anyway, and this saves a task switch per message). Acks, nacks and deadline
 extensions go into lists that a writer task sends as one request whenever it
 is free, so what accumulates while a request is being written leaves in the
-next one. A single timer extends the leases of messages held longer than half
-the ack deadline. A broken stream is reopened after a backoff; settlements of
+next one; while the stream holds less than half its max_outstanding, an ack
+or nack may wait up to ack_linger to share a request with later ones. A
+single timer extends the leases of messages held longer than half the ack
+deadline. A broken stream is reopened after a backoff; settlements of
 messages received on the old stream are sent on the new one (ack ids are
 valid on any stream).
 """
@@ -145,7 +147,9 @@ def subscribe_request(topic, subscription, *, max_outstanding, ack_deadline, con
 class Subscription:
     """One running subscription (returned by Subscriber.subscribe); close() stops it gracefully."""
 
-    def __init__(self, stub, request, handler, concurrency, loop):
+    def __init__(self, stub, request, handler, concurrency, loop, ack_linger):
+        if not ack_linger >= 0:
+            raise ValueError(f"ack_linger must not be negative, got {ack_linger!r}")
         self._stub = stub
         self._request = request
         self._handler = handler
@@ -160,6 +164,12 @@ class Subscription:
         self._acks = []
         self._nacks = {}  # delay (None: the retry backoff) -> ack ids
         self._modifies = []
+        self._ack_linger = ack_linger
+        self._linger_timer = None
+        # Messages received and not yet sent as acked or nacked, settled or not
+        # (see _schedule_send). Not reset by a new stream: what an old one
+        # delivered is settled on the new one, and leaves the window there.
+        self._window = 0
         self._flow = None  # (max_outstanding_messages, max_outstanding_bytes) to send
         self._drained = None  # future close() waits on: the writer has nothing left to send
         self._wake = None  # future the idle writer waits on
@@ -283,7 +293,22 @@ class Subscription:
                 self._nacks[delay] = [ack_id]
             else:
                 ids.append(ack_id)
-        self._kick()
+        self._schedule_send()
+
+    def _schedule_send(self):
+        """Wakes the writer for a settlement, or lets the settlement linger."""
+        # While the stream holds less than half its max_outstanding, the room
+        # an ack frees is not needed yet: it may wait up to ack_linger for
+        # later ones, and at a steady low rate one request (and one wake-up of
+        # the server) then carries many acks instead of one (at 2,000 msg/s,
+        # measured with the Node client: ~25% fewer context switches of the server).
+        if self._window >= self._request.max_outstanding_messages / 2 or self._closing or not self._ack_linger:
+            self._kick()
+        elif self._linger_timer is None:
+            def fire():
+                self._linger_timer = None
+                self._kick()
+            self._linger_timer = self._loop.call_later(self._ack_linger, fire)
 
     def _kick(self):
         """Wakes the request writer (it runs on the next turn of the loop)."""
@@ -376,6 +401,12 @@ class Subscription:
             if delay is not None:
                 request.nack_delay.CopyFrom(_common.to_duration(delay))
             self.stats.nacked += len(request.nack_ids)
+        settled = len(request.ack_ids) + len(request.nack_ids)
+        if settled:
+            self._window -= settled
+            if self._linger_timer is not None:  # what lingered goes in this request
+                self._linger_timer.cancel()
+                self._linger_timer = None
         if modifies:
             live = [a for a in modifies[:_MAX_IDS] if a in self._leases]  # settled since: skip
             del modifies[:_MAX_IDS]
@@ -460,6 +491,7 @@ class Subscription:
             messages.append(message)
         self.stats.received += len(messages)
         self.stats.responses += 1
+        self._window += len(messages)
         if self._lease_timer is None:
             self._arm_lease_timer()
         if self._closing:
@@ -595,12 +627,15 @@ class Subscriber:
         await self.close()
 
     def subscribe(self, topic, subscription, handler, *, max_outstanding=100, concurrency=None, ack_deadline=30.0,
-                  consumer="", start=None, retry_policy=None, max_delivery_attempts=0, max_outstanding_bytes=0,
-                  message_ordering=False):
+                  ack_linger=0.010, consumer="", start=None, retry_policy=None, max_delivery_attempts=0,
+                  max_outstanding_bytes=0, message_ordering=False):
         """Starts receiving; returns the running Subscription. Call inside the event loop.
 
         handler(message): a coroutine function or a plain function. At most
-        `concurrency` (default: max_outstanding) run at once. start:
+        `concurrency` (default: max_outstanding) run at once. ack_linger:
+        seconds an ack or nack may wait to share a request with later ones,
+        while the stream holds less than half of max_outstanding (past half,
+        and on close, they go at once; 0: always at once). start:
         "earliest" or "latest" (for a subscription this call creates).
         retry_policy: (minimum, maximum) backoff in seconds. message_ordering:
         create the subscription ordered per ordering key (an existing one must
@@ -611,7 +646,7 @@ class Subscriber:
             start=start, retry_policy=retry_policy, max_delivery_attempts=max_delivery_attempts,
             max_outstanding_bytes=max_outstanding_bytes, message_ordering=message_ordering)
         sub = Subscription(self._stub, request, handler, concurrency or max_outstanding,
-                           asyncio.get_running_loop())
+                           asyncio.get_running_loop(), ack_linger)
         self._subscriptions.append(sub)
         return sub
 
