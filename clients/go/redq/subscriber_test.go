@@ -1,5 +1,6 @@
 // Tests of the Subscriber against a live redq: delivery, ack, nack and
-// redelivery, lease extension, reconnect, graceful close, fatal errors.
+// redelivery, lease extension, ack linger, reconnect, graceful close, fatal
+// errors.
 
 package redq
 
@@ -261,6 +262,95 @@ func TestGracefulClose(t *testing.T) {
 	closeSub(t, s2)
 	if st := subscription(t, c, topic, "sub").Stats; st.AckedCount != 5 || st.Pending != 0 {
 		t.Fatalf("acked %d, pending %d; want 5, 0", st.AckedCount, st.Pending)
+	}
+}
+
+// Acks linger while the stream holds under half its window (MaxOutstanding
+// 10: under 5 messages received and not yet sent as acked), go at once from
+// half on, and on Close.
+func TestAckLinger(t *testing.T) {
+	c := dial(t)
+	topic := newTopic(t)
+	const linger = 3 * time.Second
+	d := newDeliveries()
+	// The handler holds the messages of these payloads until the test closes the channel.
+	holds := map[string]chan struct{}{"half": make(chan struct{}), "held": make(chan struct{}), "last": make(chan struct{})}
+	s := Subscribe(c, topic, "linger", func(ctx context.Context, m *Message) error {
+		d.add(m)
+		if hold, ok := holds[string(m.Payload)]; ok {
+			select {
+			case <-hold:
+			case <-ctx.Done():
+			}
+		}
+		return nil
+	}, SubscriberOptions{MaxOutstanding: 10, AckLinger: linger})
+	acked := func() uint64 { return subscription(t, c, topic, "linger").Stats.AckedCount }
+	ctx := waitCtx(t, 20*time.Second)
+	waitAcked := func(what string, n uint64) {
+		t.Helper()
+		for acked() < n {
+			select {
+			case <-time.After(20 * time.Millisecond):
+			case <-ctx.Done():
+				t.Fatalf("timed out waiting for %s: %d acked, want %d", what, acked(), n)
+			}
+		}
+	}
+	noLinger := linger / 2 // well before a linger ends
+
+	// One message: 1 of 10 held, its ack waits for more.
+	publish(t, c, topic, "first")
+	d.waitFor(t, ctx, "the first message", count(1))
+	handled := time.Now()
+	time.Sleep(500 * time.Millisecond)
+	if n := acked(); n != 0 {
+		t.Fatalf("%d acked 500 ms after the first message was handled: want its ack to linger", n)
+	}
+	waitAcked("the lingering ack", 1)
+	if e := time.Since(handled); e < linger-100*time.Millisecond {
+		t.Fatalf("the first ack went %v after its message was handled, before the linger (%v)", e, linger)
+	}
+
+	// Five at once, all in their handlers: the stream holds half its window,
+	// and the ack of the first to finish goes at once. Once it is sent the
+	// stream holds 4, and the acks of the others linger again. (The Node
+	// test has all five acked at once: its handlers finish in one turn of the
+	// event loop, here they run concurrently.)
+	publish(t, c, topic, "half", "held", "held", "held", "held")
+	d.waitFor(t, ctx, "the five messages", count(6))
+	start := time.Now()
+	close(holds["half"])
+	waitAcked("the ack at half the window", 2)
+	if e := time.Since(start); e > noLinger {
+		t.Fatalf("the ack at half the window took %v: it lingered", e)
+	}
+	close(holds["held"])
+	time.Sleep(500 * time.Millisecond)
+	if n := acked(); n != 2 {
+		t.Fatalf("%d acked with 4 of 10 held: want the 4 new acks to linger", n)
+	}
+
+	// A message coming in (its handler still running) makes it half again:
+	// the lingering acks go.
+	start = time.Now()
+	publish(t, c, topic, "last")
+	waitAcked("the acks that lingered when the window reached half", 6)
+	if e := time.Since(start); e > noLinger {
+		t.Fatalf("the lingering acks took %v to go once the window reached half", e)
+	}
+
+	// Close sends a lingering ack at once.
+	last := d.waitFor(t, ctx, "the last message", count(7))[6]
+	last.Ack() // 1 of 10 held: it lingers
+	close(holds["last"])
+	start = time.Now()
+	closeSub(t, s)
+	if e := time.Since(start); e > noLinger {
+		t.Fatalf("Close took %v: it waited for the linger", e)
+	}
+	if n, st := acked(), s.Stats(); n != 7 || st.Acked != 7 {
+		t.Fatalf("after Close: %d acked, stats %+v; want 7", n, st)
 	}
 }
 

@@ -326,6 +326,8 @@ export class Subscription {
       this._deliveries.push(delivery);
       this.stats.received += messages.length;
       this._window += messages.length;
+      // The window reached half: what lingers goes now.
+      if (this._lingerTimer !== null && this._window >= this._open.maxOutstandingMessages / 2) this._scheduleFlush();
       this.stats.responses++;
       for (let i = 0; i < messages.length; i++) {
         const m = messages[i];

@@ -492,6 +492,8 @@ class Subscription:
         self.stats.received += len(messages)
         self.stats.responses += 1
         self._window += len(messages)
+        if self._linger_timer is not None and self._window >= self._request.max_outstanding_messages / 2:
+            self._kick()  # the window reached half: what lingers goes now
         if self._lease_timer is None:
             self._arm_lease_timer()
         if self._closing:
