@@ -146,6 +146,7 @@ export class Subscription {
     this._qhead = 0;
     this._running = 0;
     this._draining = false;
+    this._drainQueued = false; // the rest of the queue starts on the next turn
     this._deliveries = []; // Delivery batches with unsettled messages
     this._leaseTimer = setInterval(() => this._extendLeases(), Math.max(this.ackDeadline / 4, 25));
 
@@ -358,12 +359,31 @@ export class Subscription {
     });
   }
 
-  // Starts handlers for waiting messages while slots are free.
+  // Starts handlers for waiting messages while slots are free, at most half
+  // of maxOutstanding in one go. At that point the acks gathered so far are
+  // written and the rest waits for the next turn of the event loop: the
+  // server then fetches their refill while this process handles the other
+  // half, where handling a whole response first would leave one of the two
+  // idle at any time.
   _drain() {
     if (this._draining) return; // a handler that returned at once: the loop below goes on
     this._draining = true;
     const queue = this._queue;
+    const slice = Math.max(1, Math.floor(this._open.maxOutstandingMessages / 2));
+    let started = 0;
     while (this._running < this.concurrency && this._qhead < queue.length) {
+      if (started === slice) {
+        if (this._hasPending()) this._flushAcks(false);
+        if (!this._drainQueued) {
+          this._drainQueued = true;
+          setImmediate(() => {
+            this._drainQueued = false;
+            if (!this._closing) this._drain();
+          });
+        }
+        break;
+      }
+      started++;
       const m = queue[this._qhead++];
       this._run(m);
     }

@@ -262,6 +262,26 @@ test('acks linger while the stream holds under half its window, go at once past 
   assert.equal(sub.stats.acked, 7);
 });
 
+test('a response of more than half the window is handled in halves, the first half acked before the second starts', async () => {
+  const topic = unique('node-sub-halves');
+  await client.admin.createTopic({ name: topic });
+  await client.admin.createSubscription({ topic, name: 'halves' });
+  await Promise.all(Array.from({ length: 10 }, (_, i) => publisher.publish(topic, `m${i}`)));
+  const subscriber = new Subscriber(client);
+  const seen = []; // the requests written when each handler started
+  let sub;
+  sub = subscriber.subscribe(topic, 'halves', () => {
+    seen.push(sub.stats.requests);
+  }, { maxOutstanding: 10 });
+  await waitFor(() => seen.length === 10, 10_000, 'the backlog');
+  assert.equal(sub.stats.responses, 1, 'the backlog came in one response');
+  const [first, second] = [seen.slice(0, 5), seen.slice(5)];
+  assert.deepEqual(new Set(first).size, 1, 'the first half ran in one go');
+  assert.ok(second[0] > first[4], `the first half's acks were written before the second half started: ${seen}`);
+  await waitFor(async () => (await subscriptionStats(topic, 'halves')).ackedCount === 10, 10_000, 'all acked');
+  await subscriber.close();
+});
+
 test('a broken stream is reopened and delivery goes on', async () => {
   const topic = unique('node-sub-reconnect');
   const proxy = await startProxy(address);

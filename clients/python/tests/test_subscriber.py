@@ -183,6 +183,22 @@ class SubscriberTest(unittest.IsolatedAsyncioTestCase):
         self.assertTrue(await acked(7))
         self.assertEqual(sub.stats.acked, 7)
 
+    async def test_a_response_of_more_than_half_the_window_is_handled_in_halves(self):
+        topic = support.topic("halves")
+        await self.client.admin.CreateTopic(name=topic)
+        await self.client.admin.CreateSubscription(topic=topic, name="halves")
+        await self.publish(topic, [b"m%d" % i for i in range(10)])
+        seen = []  # the ack ids sent when each handler ran
+        sub = self.subscriber.subscribe(topic, "halves", lambda m: seen.append(sub.stats.acked), max_outstanding=10)
+        self.assertTrue(await support.eventually(lambda: len(seen) == 10))
+        self.assertEqual(sub.stats.responses, 1, "the backlog came in one response")
+        self.assertEqual(seen, [0] * 5 + [5] * 5, "the first half's acks went before the second half ran")
+
+        async def all_acked():
+            return (await self.subscription_stats(topic, "halves")).acked_count == 10
+        self.assertTrue(await support.eventually(all_acked, interval=0.05))
+        await sub.close()
+
     async def test_negative_ack_linger_is_refused(self):
         with self.assertRaisesRegex(ValueError, "ack_linger"):
             self.subscriber.subscribe(support.topic("linger"), "s", lambda m: None, ack_linger=-0.001)
