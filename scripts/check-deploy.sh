@@ -179,14 +179,13 @@ pre = container.get("lifecycle", {}).get("preStop", {}).get("exec", {}).get("com
 if pod["terminationGracePeriodSeconds"] <= drain_s + int(pre):
     die("terminationGracePeriodSeconds does not exceed drain timeout + preStop")
 
-# Every server setting of the README's Configuration table reaches the pod:
-# from the ConfigMap, except REDQ_REDIS_URL, which must come from a Secret.
+# Every server setting of docs/configuration.md reaches the pod: from the
+# ConfigMap, except REDQ_REDIS_URL, which must come from a Secret.
 import re
-readme = open("README.md").read()
-table = readme.split("## Configuration", 1)[1].split("\n## ", 1)[0]
+table = open("docs/configuration.md").read()
 settings = re.findall(r"^\| `--[a-z-]+` \| `(REDQ_[A-Z_]+)` \|", table, re.M)
 if len(settings) < 20:
-    die(f"found only {len(settings)} settings in README's Configuration table")
+    die(f"found only {len(settings)} settings in docs/configuration.md")
 # Settings the chart has no value of its own for (extraEnv sets them), and
 # the security settings, which are set only when turned on (checked below).
 via_extra_env = {"REDQ_TLS_HANDSHAKE_TIMEOUT", "REDQ_HTTP_TLS_CLIENT_CA",
@@ -200,7 +199,7 @@ for name in settings:
         if not ref:
             die("REDQ_REDIS_URL does not come from a secretKeyRef")
     elif name not in cm and name not in via_extra_env | security:
-        die(f"{name} (README Configuration table) is missing from the ConfigMap")
+        die(f"{name} (docs/configuration.md) is missing from the ConfigMap")
 secret_like = [k for k in cm if re.search(r"PASSWORD|REDIS_URL", k) and not k.endswith("_FILE")]
 if secret_like:
     die(f"ConfigMap carries secrets: {secret_like}")
@@ -249,7 +248,7 @@ for sm in monitors:
         elif "scheme" in ep or "tlsConfig" in ep:
             die("ServiceMonitor uses TLS without httpTls.enabled")
 print(f"check-deploy: [{variant}] rendered {', '.join(kinds)}; "
-      f"{len(settings)} README settings all wired")
+      f"{len(settings)} documented settings all wired")
 EOF
 
     # The same two properties, by grep on the rendered text: no subPath
