@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use common::cluster::{RedisCluster, cli};
 use common::load::Load;
+use common::sockets::assert_nagle_is_off;
 use common::*;
 use redq::pb;
 use tonic::Code;
@@ -130,6 +131,8 @@ async fn every_feature_works_on_topics_of_every_master() {
     // The keys of every script map to one slot: the scripts ran on a
     // cluster without CROSSSLOT errors, and the server logged none.
     assert!(!server.log().contains("CROSSSLOT"), "{}", server.log());
+    let ports: Vec<u16> = cluster.nodes.iter().map(|node| node.port).collect();
+    assert_nagle_is_off(&server, &ports);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use common::load::Load;
 use common::sentinel::SentinelSetup;
+use common::sockets::assert_nagle_is_off;
 use common::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -53,4 +54,11 @@ async fn a_sentinel_failover_under_load_loses_nothing_acknowledged() {
         "no +switch-master seen:\n{}",
         server.log()
     );
+    let ports: Vec<u16> = sentinels
+        .nodes
+        .iter()
+        .chain(&sentinels.sentinels)
+        .copied()
+        .collect();
+    assert_nagle_is_off(&server, &ports);
 }

@@ -10,6 +10,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{
     MultipleNodeRoutingInfo, Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr,
 };
+use redis::io::tcp::TcpSettings;
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use redis::{
     AsyncConnectionConfig, Cmd, ConnectionAddr, IntoConnectionInfo, Pipeline, RedisFuture,
@@ -18,6 +19,14 @@ use redis::{
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
+
+/// Every connection to Redis or a Sentinel turns Nagle's algorithm off
+/// (redis-rs leaves it on): a command written while an earlier one on the
+/// multiplexed connection is unanswered would otherwise wait for the ACK of
+/// the earlier segment before it leaves.
+fn tcp_settings() -> TcpSettings {
+    TcpSettings::default().set_nodelay(true)
+}
 
 /// Where Redis is, from `--redis-url`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -202,7 +211,7 @@ impl RedisAccess {
     /// A client for one server's `url` (of the topology), with the password
     /// and, for `rediss://`, the certificates.
     pub fn client(&self, url: &str) -> RedisResult<redis::Client> {
-        let mut info = url.into_connection_info()?;
+        let mut info = url.into_connection_info()?.set_tcp_settings(tcp_settings());
         if let Some(password) = &self.password {
             let settings = info.redis_settings().clone().set_password(password);
             info = info.set_redis_settings(settings);
@@ -270,6 +279,7 @@ pub fn cluster_client(seeds: &[String]) -> RedisResult<ClusterClient> {
 
 fn cluster_builder(seeds: &[String]) -> ClusterClientBuilder {
     ClusterClientBuilder::new(seeds.to_vec())
+        .tcp_settings(tcp_settings())
         .connection_timeout(Duration::from_secs(2))
         .response_timeout(Duration::from_secs(5))
         .overall_response_timeout(Some(Duration::from_secs(15)))
@@ -309,7 +319,9 @@ impl SentinelConnector {
             .map(|(host, port)| ConnectionAddr::Tcp(host.clone(), *port));
         let mut builder =
             SentinelClientBuilder::new(sentinels, &target.master, SentinelServerType::Master)?
-                .set_client_to_redis_db(target.db);
+                .set_client_to_redis_db(target.db)
+                .set_client_to_redis_tcp_settings(tcp_settings())
+                .set_client_to_sentinel_tcp_settings(tcp_settings());
         if let Some(username) = &target.username {
             builder = builder.set_client_to_redis_username(username);
         }
@@ -603,7 +615,7 @@ pub async fn connect(url: &str) -> RedisResult<Connection> {
     };
     Ok(match Topology::parse(url).map_err(invalid)? {
         Topology::Standalone(url) => Connection::Dedicated(
-            redis::Client::open(url.as_str())?
+            redis::Client::open(url.into_connection_info()?.set_tcp_settings(tcp_settings()))?
                 .get_multiplexed_async_connection()
                 .await?,
         ),

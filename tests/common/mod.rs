@@ -17,6 +17,7 @@ pub mod metrics;
 pub mod ordering;
 pub mod security;
 pub mod sentinel;
+pub mod sockets;
 
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader, Read, Write};
