@@ -324,3 +324,91 @@ async fn full_stream_gets_its_own_expired_leases_back() {
     let last = expect_messages(&mut stream, 1).await;
     assert_eq!(ids_of(&last), ids[2..]);
 }
+
+/// The ack script takes a batch timer away only when Redis agrees that it
+/// covers nothing: named as finished while its consumer still holds an entry
+/// of its range (a stream that lost count, say), it stays, and that entry's
+/// lease still ends. Through the store, which is where a stream's word
+/// reaches Redis.
+#[tokio::test]
+async fn a_batch_timer_named_finished_too_early_stays_until_its_last_entry_is_acked() {
+    use redq::store::leases::{AckRequest, ConsumerSpec, Lease};
+    use redq::store::stream::{GroupStart, NewMessage, PublishBatch};
+    use redq::store::topics::SubscriptionSettings;
+    use redq::store::{Store, TopicKeys, connection::RedisAccess};
+
+    let redis = RedisServer::start();
+    let access = RedisAccess {
+        url: redis.url(),
+        password: None,
+        certificates: None,
+    };
+    let store = Store::new(&access, 2).expect("store");
+    let keys = TopicKeys::new(TOPIC);
+    let settings = SubscriptionSettings {
+        ack_deadline: None,
+        retry: redq::store::leases::RetryPolicy {
+            minimum_backoff: Duration::from_millis(10),
+            maximum_backoff: Duration::from_millis(10),
+            max_delivery_attempts: 0,
+        },
+        dead_lettering: true,
+        message_ordering: false,
+        max_blocked: 1000,
+    };
+    store
+        .ensure_subscription(&keys, SUB, GroupStart::Earliest, &settings)
+        .await
+        .expect("subscription");
+    let messages = ["a", "b", "c"].map(|payload| NewMessage {
+        payload: payload.into(),
+        ..Default::default()
+    });
+    let request = PublishBatch {
+        dedupe_id: String::new(),
+        messages: messages.to_vec(),
+    };
+    store
+        .publish(&keys, &[request], Duration::from_secs(60))
+        .await
+        .expect("publish");
+    let spec = ConsumerSpec {
+        keys: keys.clone(),
+        group: SUB.into(),
+        consumer: "c".into(),
+        max_outstanding: 10,
+        lease: Duration::from_millis(500),
+        max_message_bytes: 1 << 20,
+        ordered: false,
+    };
+    let fetched = store.fetch(&spec, 10, 1 << 20).await.expect("fetch");
+    assert_eq!(fetched.deliveries.len(), 3);
+    let batch = fetched.batch.expect("a batch timer");
+    assert_eq!(batch.covers, 3);
+    let lease = |n: usize| Lease {
+        entry_id: fetched.deliveries[n].0.id.clone(),
+        consumer: "c".into(),
+        attempt: 1,
+    };
+    let timers = format!("redq:{{{TOPIC}}}:sub:{SUB}:timers");
+    let members = || redis.cli(&["ZRANGE", &timers, "0", "-1"]);
+    let early = AckRequest {
+        leases: vec![lease(0), lease(1)],
+        listed: false,
+        finished: vec![batch.timer.clone()],
+    };
+    assert_eq!(store.ack(&keys, SUB, &early).await.expect("ack").count, 2);
+    assert!(members().contains("b/c/"), "c is held: {}", members());
+    // Its lease ends: the timer the ack left hands it out again.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let again = store.fetch(&spec, 10, 1 << 20).await.expect("fetch");
+    assert_eq!(again.deliveries.len(), 0, "parked for its 10 ms backoff");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let again = store.fetch(&spec, 10, 1 << 20).await.expect("fetch");
+    let redelivered: Vec<_> = again
+        .deliveries
+        .iter()
+        .map(|(e, n)| (e.id.clone(), *n))
+        .collect();
+    assert_eq!(redelivered, [(lease(2).entry_id, 2)]);
+}

@@ -356,6 +356,84 @@ async fn confirmations_say_what_was_applied() {
     assert_eq!(stream.confirmation().await, pb::AckConfirmation::default());
 }
 
+/// The subscription's lease timers, as Redis holds them.
+fn timers(redis: &RedisServer, topic: &str, subscription: &str) -> Vec<String> {
+    let key = format!("redq:{{{topic}}}:sub:{subscription}:timers");
+    let members = redis.cli(&["ZRANGE", &key, "0", "-1"]);
+    members
+        .lines()
+        .map(str::to_owned)
+        .filter(|m| !m.is_empty())
+        .collect()
+}
+
+/// Acks the stream's `messages` in one request and waits until they are applied.
+async fn ack_confirmed(stream: &mut SubStream, messages: &[pb::ReceivedMessage]) {
+    let ack_ids: Vec<String> = messages.iter().map(|m| m.ack_id.clone()).collect();
+    stream
+        .send(pb::StreamingSubscribeRequest {
+            ack_ids: ack_ids.clone(),
+            confirm: true,
+            ..Default::default()
+        })
+        .await;
+    assert_eq!(stream.confirmation().await.acked_ids, ack_ids);
+}
+
+/// A fetch leaves one timer for the new messages it hands out. Once the
+/// stream's client has acked them all, in however many requests, the last
+/// ack takes that timer away: it would otherwise wait out the lease in Redis
+/// for a fetch to settle it.
+#[tokio::test]
+async fn the_ack_that_finishes_a_fetchs_messages_takes_its_timer_away() {
+    let (redis, _server, mut client) = redis_server_and_client().await;
+    let deadline = Sub::deadline(Duration::from_secs(600));
+    let mut stream = SubStream::open(&mut client, "t", "s", deadline).await;
+    publish(&mut client, "t", ["a", "b", "c", "d", "e", "f"]).await;
+    let got = stream.messages(6, EVENTUALLY).await;
+    assert_eq!(got.len(), 6);
+    assert!(!timers(&redis, "t", "s").is_empty(), "the fetch's timer");
+    ack_confirmed(&mut stream, &got[..2]).await;
+    ack_confirmed(&mut stream, &got[2..5]).await;
+    let left = timers(&redis, "t", "s");
+    assert!(!left.is_empty(), "f is still out, yet no timer covers it");
+    ack_confirmed(&mut stream, &got[5..]).await;
+    assert_eq!(timers(&redis, "t", "s"), Vec::<String>::new());
+}
+
+/// The other side: a message of that fetch its client neither acks nor
+/// nacks keeps its lease timer, beside others acked and nacked, and comes
+/// back when its lease ends.
+#[tokio::test]
+async fn a_message_left_unacked_beside_acked_ones_is_redelivered_after_its_lease() {
+    let (_redis, _server, mut client) = redis_server_and_client().await;
+    let deadline = Sub::deadline(Duration::from_secs(1));
+    let mut stream = SubStream::open(&mut client, "t", "s", deadline).await;
+    publish(&mut client, "t", ["a", "b", "c"]).await;
+    let got = stream.messages(3, EVENTUALLY).await;
+    assert_eq!(got.len(), 3);
+    let (nacked, left) = (&got[1], &got[2]);
+    stream
+        .send(pb::StreamingSubscribeRequest {
+            ack_ids: vec![got[0].ack_id.clone()],
+            nack_ids: vec![nacked.ack_id.clone()],
+            nack_delay: Some(pb_duration(Duration::from_secs(600))),
+            confirm: true,
+            ..Default::default()
+        })
+        .await;
+    let confirmation = stream.confirmation().await;
+    assert_eq!(confirmation.acked_ids, [got[0].ack_id.clone()]);
+    assert_eq!(
+        confirmation.nacked_ids,
+        std::slice::from_ref(&nacked.ack_id)
+    );
+    let again = stream.messages(1, EVENTUALLY).await;
+    assert_eq!(again.len(), 1, "the unacked message comes back");
+    assert_eq!(again[0].message, left.message);
+    assert_eq!(again[0].delivery_attempt, 2);
+}
+
 #[tokio::test]
 async fn a_deadline_extended_on_the_stream_keeps_the_lease() {
     let (_redis, _server, mut client) = redis_server_and_client().await;

@@ -5,6 +5,7 @@ use super::Broker;
 use super::ack_id;
 use super::budget::{Reservation, StreamBudget};
 use super::handoff::{FetchRequest, Offer};
+use super::open_batches::OpenBatches;
 use super::wakeups::{ConsumerWake, RECHECK, TopicWatch};
 use crate::error::{Error, Result};
 use crate::metrics::SubscriptionMetrics;
@@ -58,16 +59,28 @@ pub struct FlowControl {
     budget: StreamBudget,
     changed: Notify,
     stop: CancellationToken,
+    batches: OpenBatches,
 }
 
 impl FlowControl {
-    pub(super) fn new(max_outstanding: u32, budget: StreamBudget, stop: CancellationToken) -> Self {
+    pub(super) fn new(
+        max_outstanding: u32,
+        budget: StreamBudget,
+        stop: CancellationToken,
+        consumer: &str,
+    ) -> Self {
         Self {
             max_outstanding: AtomicU32::new(max_outstanding),
             budget,
             changed: Notify::new(),
             stop,
+            batches: OpenBatches::new(consumer),
         }
+    }
+
+    /// The batch timers of the stream's fetches that wait for its client's acks.
+    pub fn batches(&self) -> &OpenBatches {
+        &self.batches
     }
 
     /// Delivered-but-unacked messages the stream may hold from now on.
@@ -215,7 +228,7 @@ impl DeliveryLoop {
                     fetched = broker.store.fetch(&spec, limit, max_bytes) => fetched,
                 },
             };
-            let fetched = match fetched {
+            let mut fetched = match fetched {
                 Ok(fetched) => fetched,
                 Err(err) => {
                     // Ends the stream; what it held stays pending and is redelivered.
@@ -229,6 +242,14 @@ impl DeliveryLoop {
                 topic.pass_turn();
             }
             let received = Instant::now();
+            if let Some(batch) = fetched.batch.take() {
+                let first = fetched.deliveries.len().saturating_sub(batch.covers);
+                let covered = fetched.deliveries[first..].iter();
+                let entries = covered.map(|(entry, _)| entry.id.clone()).collect();
+                control
+                    .batches
+                    .opened(batch.timer, entries, received + spec.lease);
+            }
             metrics.dead_lettered(fetched.dead_lettered);
             clock = RedisClock {
                 ms: fetched.now_ms,

@@ -32,7 +32,7 @@
 use super::Broker;
 use crate::error::Result;
 use crate::metrics::CarriedBy;
-use crate::store::leases::{AckRequest, Acked, ConsumerSpec, Fetched, Lease};
+use crate::store::leases::{AckRequest, Acked, ConsumerSpec, Fetched};
 use crate::store::stream::{Due, PublishBatch, RequestResults};
 use crate::store::{Store, TopicKeys};
 use futures::FutureExt;
@@ -75,8 +75,7 @@ pub async fn publish(
     carrying(store, store.publish(keys, requests, dedupe_window), fetches).await
 }
 
-/// Acks `leases` of `topic`'s `subscription` (with their entry ids when
-/// `listed`). With [`Carry::Fetches`] the acks ride on a fetch: that of a full
+/// Applies `acks` of `topic`'s `subscription`. With [`Carry::Fetches`] the acks ride on a fetch: that of a full
 /// local stream that held them (the fetches of the others go right behind),
 /// which takes the room they free at once; else, while publishes carry the
 /// subscription's fetches, the next one. Returns the consumers whose fetch
@@ -84,18 +83,13 @@ pub async fn publish(
 pub async fn ack(
     broker: &Broker,
     (topic, subscription): (&str, &str),
-    leases: &[Lease],
-    listed: bool,
+    acks: AckRequest,
     carry: Carry,
 ) -> Result<(Acked, Vec<String>)> {
-    let acks = AckRequest {
-        leases: leases.to_vec(),
-        listed,
-    };
     if carry == Carry::Fetches {
         let taken = broker
             .wakeups
-            .take_room_offers(leases.iter().map(|lease| lease.consumer.as_str()));
+            .take_room_offers(acks.leases.iter().map(|lease| lease.consumer.as_str()));
         broker.metrics.fetches_carried(CarriedBy::Ack, taken.len());
         let mut taken = taken.into_iter();
         if let Some((consumer, first)) = taken.next() {
@@ -114,14 +108,9 @@ pub async fn ack(
             return Ok((acked?, vec![consumer]));
         }
     }
-    let store = &broker.store;
     let keys = TopicKeys::new(topic);
-    let acked = if listed {
-        store.ack_listed(&keys, subscription, leases).await
-    } else {
-        store.ack(&keys, subscription, leases).await
-    };
-    Ok((acked?, Vec::new()))
+    let acked = broker.store.ack(&keys, subscription, &acks).await?;
+    Ok((acked, Vec::new()))
 }
 
 /// Leaves `acks` for the next fetch a publish carries for the subscription
@@ -365,6 +354,7 @@ mod tests {
                 attempt: 1,
             }],
             listed: false,
+            finished: Vec::new(),
         }
     }
 

@@ -8,6 +8,8 @@ mod budget;
 mod delivery;
 mod handoff;
 pub use handoff::Carry;
+mod open_batches;
+pub use open_batches::OpenBatches;
 pub mod promoter;
 pub mod publish_batches;
 pub mod registry_repair;
@@ -20,7 +22,7 @@ pub use delivery::{Delivery, DeliveryBatch, FlowControl, SubscribeOptions};
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::store::dead_letters::DeadLetterPage;
-use crate::store::leases::{Acked, Ended, Lease};
+use crate::store::leases::{AckRequest, Acked, BatchTimer, Ended, Lease};
 use crate::store::scheduled::Rescheduled;
 use crate::store::stream::{Due, NewMessage, PublishBatch, Published, parse_entry_id};
 use crate::store::topics::{DEFAULT_MAX_BLOCKED, SubscriptionSettings, TopicSettings};
@@ -306,6 +308,7 @@ impl Broker {
             options.max_outstanding,
             budget,
             self.shutdown.child_token(),
+            &consumer,
         ));
         tokio::spawn(
             DeliveryLoop {
@@ -330,17 +333,17 @@ impl Broker {
     /// already acked, nacked or redelivered since) or were issued for another
     /// subscription are ignored and counted, never applied; on an ordered
     /// subscription they are refused as well ([`Error::LeaseLost`]), and the
-    /// others applied.
+    /// others applied. `finished`: see [`AckRequest::finished`].
     #[tracing::instrument(level = "debug", skip_all, fields(topic = %topic, subscription = %subscription))]
     pub async fn ack(
         &self,
-        topic: &str,
-        subscription: &str,
+        (topic, subscription): (&str, &str),
         ack_ids: &[AckId],
+        finished: Vec<BatchTimer>,
         carry: Carry,
     ) -> Result<()> {
         let (acked, ours) = self
-            .apply_acks(topic, subscription, ack_ids, false, carry)
+            .apply_acks((topic, subscription), ack_ids, (false, finished), carry)
             .await?;
         if acked.ordered && acked.count < ack_ids.len() as u64 {
             let applied = applied_acks(ack_ids, &ours, acked.ids);
@@ -354,13 +357,13 @@ impl Broker {
     #[tracing::instrument(level = "debug", skip_all, fields(topic = %topic, subscription = %subscription))]
     pub async fn ack_confirmed(
         &self,
-        topic: &str,
-        subscription: &str,
+        (topic, subscription): (&str, &str),
         ack_ids: &[AckId],
+        finished: Vec<BatchTimer>,
         carry: Carry,
     ) -> Result<Vec<bool>> {
         let (acked, ours) = self
-            .apply_acks(topic, subscription, ack_ids, true, carry)
+            .apply_acks((topic, subscription), ack_ids, (true, finished), carry)
             .await?;
         Ok(applied_acks(ack_ids, &ours, acked.ids))
     }
@@ -373,15 +376,19 @@ impl Broker {
     /// it handed ordering keys to. Returns which ack ids were issued here.
     async fn apply_acks(
         &self,
-        topic: &str,
-        subscription: &str,
+        (topic, subscription): (&str, &str),
         ack_ids: &[AckId],
-        listed: bool,
+        (listed, finished): (bool, Vec<BatchTimer>),
         carry: Carry,
     ) -> Result<(Acked, Vec<bool>)> {
         let (leases, ours) = issued_for(ack_ids, topic, subscription);
-        let (acked, carried) =
-            handoff::ack(self, (topic, subscription), &leases, listed, carry).await?;
+        let consumers: Vec<String> = leases.iter().map(|l| l.consumer.clone()).collect();
+        let acks = AckRequest {
+            leases,
+            listed,
+            finished,
+        };
+        let (acked, carried) = handoff::ack(self, (topic, subscription), acks, carry).await?;
         self.metrics.acked(topic, subscription, acked.count);
         self.metrics.ack_ids_ignored(
             topic,
@@ -391,9 +398,9 @@ impl Broker {
         if acked.keys_handed > 0 {
             self.wakeups.deliveries_returned(topic).await?;
         }
-        let freed = leases
+        let freed = consumers
             .iter()
-            .map(|lease| lease.consumer.as_str())
+            .map(String::as_str)
             .filter(|consumer| !carried.iter().any(|c| c == consumer));
         self.wakeups.room_freed(freed).await?;
         Ok((acked, ours))

@@ -207,7 +207,12 @@ impl QueueService for QueueApi {
         let ack_ids = convert::ack_ids(&topic, &subscription, &ack_ids, &self.limits)?;
         // A unary call may be cancelled: it carries no fetches (see `Carry`).
         self.broker
-            .ack(&topic, &subscription, &ack_ids, Carry::Nothing)
+            .ack(
+                (&topic, &subscription),
+                &ack_ids,
+                Vec::new(),
+                Carry::Nothing,
+            )
             .await?;
         Ok(Response::new(pb::AckResponse {}))
     }

@@ -10,6 +10,7 @@ use crate::broker::{Broker, Carry, FlowControl};
 use crate::config::Limits;
 use crate::error::{Error, Result};
 use crate::pb;
+use crate::store::leases::{self, BatchTimer};
 use futures::future::BoxFuture;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -100,6 +101,8 @@ struct Batch {
     /// Whether some request of the batch asked for a confirmation.
     confirm: bool,
     confirmation: pb::AckConfirmation,
+    /// The stream's batch timers these acks finish (see `OpenBatches`).
+    finished: Vec<BatchTimer>,
 }
 
 impl Batch {
@@ -107,6 +110,17 @@ impl Batch {
         self.acks.len()
             + self.nacks.values().map(Vec::len).sum::<usize>()
             + self.modifies.values().map(Vec::len).sum::<usize>()
+    }
+
+    /// Every delivery the batch acks, nacks or extends.
+    fn leases(&self) -> impl Iterator<Item = &leases::Lease> {
+        let nacks = self.nacks.values().flatten();
+        let modifies = self.modifies.values().flatten();
+        self.acks
+            .iter()
+            .chain(nacks)
+            .chain(modifies)
+            .map(|id| &id.lease)
     }
 
     /// Nothing to apply, and no confirmation asked for (a request with
@@ -142,10 +156,16 @@ impl Requests {
         }
         loop {
             if applying.is_none() && !batch.is_empty() {
+                let mut next = std::mem::take(&mut batch);
+                let batches = self.control.batches();
+                batches.resolved(next.leases());
+                if !next.acks.is_empty() {
+                    next.finished = batches.take_finished(); // else for the next acks
+                }
                 applying = Some(Box::pin(apply(
                     self.broker.clone(),
                     self.stream.clone(),
-                    std::mem::take(&mut batch),
+                    next,
                 )));
             }
             if !open && applying.is_none() {
@@ -277,11 +297,13 @@ async fn apply(broker: Broker, stream: Lease, batch: Batch) -> Result<Option<pb:
         modifies,
         confirm,
         mut confirmation,
+        finished,
     } = batch;
     if !acks.is_empty() {
+        let names = (topic.as_str(), subscription.as_str());
         if confirm {
             let applied = broker
-                .ack_confirmed(topic, subscription, &acks, Carry::Fetches)
+                .ack_confirmed(names, &acks, finished, Carry::Fetches)
                 .await?;
             sort(
                 acks,
@@ -290,9 +312,7 @@ async fn apply(broker: Broker, stream: Lease, batch: Batch) -> Result<Option<pb:
                 &mut confirmation.lost_ids,
             );
         } else {
-            broker
-                .ack(topic, subscription, &acks, Carry::Fetches)
-                .await?;
+            broker.ack(names, &acks, finished, Carry::Fetches).await?;
         }
     }
     for (delay, ids) in nacks {

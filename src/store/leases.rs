@@ -8,7 +8,7 @@ use super::scripts::{
     ACK, END_LEASES, ENSURE_SUBSCRIPTION, EXTEND_LEASES, FETCH_DELIVERIES, Invocation,
     PRUNE_CONSUMERS, RELEASE_CONSUMER, RETURN_UNSENT,
 };
-use super::stream::{Entry, GroupStart, as_array, as_int, decode_entry, parse_entry_id};
+use super::stream::{Entry, GroupStart, as_array, as_int, as_string, decode_entry, parse_entry_id};
 use super::topics::SubscriptionSettings;
 use super::{Store, TopicKeys};
 use crate::error::{Error, Result};
@@ -46,6 +46,26 @@ pub struct Fetched {
     pub keys_handed: u64,
     /// What the acks that rode on the fetch did, if any rode.
     pub acked: Option<Result<Acked>>,
+    /// The batch timer the fetch set for the new entries it read, if any.
+    pub batch: Option<NewBatch>,
+}
+
+/// The timer one fetch sets for the new entries it reads (fetch_deliveries.lua):
+/// it ends the leases of the entries `first..=last` that `consumer` still
+/// holds at delivery count 1 and that have no timer of their own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchTimer {
+    pub consumer: String,
+    pub first: String,
+    pub last: String,
+}
+
+/// A fetch's batch timer, with how many of its deliveries it covers: the
+/// last ones of [`Fetched::deliveries`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewBatch {
+    pub timer: BatchTimer,
+    pub covers: usize,
 }
 
 /// Acks to apply: leases of one subscription.
@@ -54,6 +74,11 @@ pub struct AckRequest {
     pub leases: Vec<Lease>,
     /// Whether the entry ids of the deliveries acked are wanted.
     pub listed: bool,
+    /// Batch timers whose deliveries the acking stream has all acked (these
+    /// acks included), nacked or extended: dropped once Redis agrees that
+    /// they cover nothing, instead of waiting for a fetch to settle them
+    /// when they fall due.
+    pub finished: Vec<BatchTimer>,
 }
 
 /// What an ack did.
@@ -181,14 +206,14 @@ impl Store {
             .arg(u8::from(spec.ordered));
         if let Some(acks) = acks {
             invocation.arg(ack_reply(acks.listed));
-            ack_args(&mut invocation, &acks.leases);
+            ack_args(&mut invocation, acks);
         }
         let mut conn = self.shared();
         let reply: Value = invocation
             .invoke_async(&mut conn)
             .await
             .map_err(group_missing_is_not_found)?;
-        let mut fetched = decode_fetched(reply)?;
+        let mut fetched = decode_fetched(reply, &spec.consumer)?;
         if let Some(acked) = &mut fetched.acked
             && let Err(err) = self.replicated(&mut conn, &spec.keys.stream()).await
         {
@@ -199,31 +224,11 @@ impl Store {
     }
 
     /// Acknowledges the deliveries still held by their consumer: they leave
-    /// the subscription's pending list for good.
-    pub async fn ack(&self, keys: &TopicKeys, group: &str, leases: &[Lease]) -> Result<Acked> {
-        self.ack_script(keys, group, leases, false).await
-    }
-
-    /// Like [`Self::ack`], with the entry ids of the deliveries acked.
-    pub async fn ack_listed(
-        &self,
-        keys: &TopicKeys,
-        group: &str,
-        leases: &[Lease],
-    ) -> Result<Acked> {
-        self.ack_script(keys, group, leases, true).await
-    }
-
-    async fn ack_script(
-        &self,
-        keys: &TopicKeys,
-        group: &str,
-        leases: &[Lease],
-        listed: bool,
-    ) -> Result<Acked> {
+    /// the subscription's pending list for good (see [`AckRequest`]).
+    pub async fn ack(&self, keys: &TopicKeys, group: &str, acks: &AckRequest) -> Result<Acked> {
         let mut invocation = ACK.key(&keys.lease_keys(group)[..]);
-        invocation.arg(group).arg(ack_reply(listed));
-        ack_args(&mut invocation, leases);
+        invocation.arg(group).arg(ack_reply(acks.listed));
+        ack_args(&mut invocation, acks);
         let mut conn = self.shared();
         let reply: Value = invocation
             .invoke_async(&mut conn)
@@ -350,7 +355,7 @@ impl Store {
 /// Leases grouped by consumer, each group's (entry id, delivery count) in
 /// entry id order; ids that are not entry ids are left out (they hold nothing).
 /// Decodes fetch_deliveries.lua's reply.
-fn decode_fetched(reply: Value) -> Result<Fetched> {
+fn decode_fetched(reply: Value, consumer: &str) -> Result<Fetched> {
     let mut reply = as_array(reply)?.into_iter();
     let wait = as_int(reply.next().unwrap_or(Value::Nil))?;
     let mut deliveries = Vec::new();
@@ -375,8 +380,22 @@ fn decode_fetched(reply: Value) -> Result<Fetched> {
     } else {
         Some(decode_acked(Value::Array(acks)))
     };
+    // Empty when the fetch set no batch timer.
+    let mut batch = as_array(reply.next().unwrap_or(Value::Nil))?.into_iter();
+    let batch = match (batch.next(), batch.next(), batch.next()) {
+        (Some(first), Some(last), Some(covers)) => Some(NewBatch {
+            timer: BatchTimer {
+                consumer: consumer.to_owned(),
+                first: as_string(first)?,
+                last: as_string(last)?,
+            },
+            covers: usize::try_from(as_int(covers)?).unwrap_or(0),
+        }),
+        _ => None,
+    };
     Ok(Fetched {
         acked,
+        batch,
         more_waiting,
         keys_handed: u64::try_from(keys_handed).unwrap_or(0),
         deliveries,
@@ -405,19 +424,30 @@ fn ack_reply(listed: bool) -> &'static str {
     if listed { "i" } else { "n" }
 }
 
-/// Adds `leases` to a script call as ack.lua reads them: per consumer, the
-/// consumer, its first and last entry id, n, then n pairs of entry id and
-/// delivery count.
-fn ack_args(invocation: &mut Invocation<'_>, leases: &[Lease]) {
-    for (consumer, held) in by_consumer(leases) {
+/// Adds `acks` to a script call as ack.lua reads them: per consumer, the
+/// consumer, its first and last entry id, n, m, then n pairs of entry id and
+/// delivery count, then m pairs of first and last id of its finished batch
+/// timers. Finished timers of a consumer with no lease here are left to be
+/// settled when they fall due.
+fn ack_args(invocation: &mut Invocation<'_>, acks: &AckRequest) {
+    for (consumer, held) in by_consumer(&acks.leases) {
         let (first, last) = (&held[0].0, &held[held.len() - 1].0);
+        let finished: Vec<&BatchTimer> = acks
+            .finished
+            .iter()
+            .filter(|timer| timer.consumer == consumer)
+            .collect();
         invocation
             .arg(consumer)
             .arg(first)
             .arg(last)
-            .arg(held.len());
+            .arg(held.len())
+            .arg(finished.len());
         for (id, attempt) in held {
             invocation.arg(id).arg(attempt);
+        }
+        for timer in finished {
+            invocation.arg(&timer.first).arg(&timer.last);
         }
     }
 }

@@ -2,8 +2,8 @@
 --
 -- KEYS the subscription's lease keys (TopicKeys::lease_keys)
 -- ARGV[1] group, ARGV[2] what to return ('n': the count, 'i': the ids), then
--- the deliveries, per consumer: consumer, first id, last id, n, and n pairs:
--- id, delivery count
+-- the deliveries, per consumer: consumer, first id, last id, n, m, n pairs:
+-- id, delivery count, and m pairs: a finished batch timer's first and last id
 -- Returns { deliveries acked now, their ids (when asked, or when ordered),
 --   1 when the subscription is ordered else 0, ordering keys handed on }
 

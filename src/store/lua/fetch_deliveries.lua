@@ -24,13 +24,15 @@
 -- acks that ride on this fetch (handoff.rs), applied first: ARGV[9] what to
 -- return of them ('n': the count, 'i': the ids), ARGV[10] on the deliveries
 -- as ack.lua takes them
--- Returns { wait_ms, { {id, delivery_count, {field, value, ...}}, ... }, room, now, dead, more, handed, acks }
+-- Returns { wait_ms, { {id, delivery_count, {field, value, ...}}, ... }, room, now, dead, more, handed, acks, batch }
 --   wait_ms: ms until the next timer this consumer could act on, -1 if none;
 --   room: deliveries this consumer may still take; now: Redis' clock in ms;
 --   dead: entries this call dead-lettered; more: 1 when ARGV[6], or the most
 --   new entries one call reads, stopped it (more may be waiting); handed:
 --   ordering keys this call handed to their next entry (acks included);
---   acks: as ack.lua returns them, {} without acks.
+--   acks: as ack.lua returns them, {} without acks; batch: the first and
+--   last id of the batch timer this call set and how many deliveries it
+--   covers, the last ones of the list; {} when it set none.
 
 local stream, timers, settings, dlq = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local group, consumer = ARGV[1], ARGV[2]
@@ -182,6 +184,7 @@ while o.on() and not full() do
 end
 
 local first_new, last_new
+local batched = 0 -- deliveries the batch timer covers
 local examined = 0
 local more = bytes >= max_bytes
 local blocked = o.on() and redis.call('ZCARD', o.blocked) or 0
@@ -217,6 +220,7 @@ while not full() and not (o.on() and blocked >= o.max_blocked) do
       -- blocked behind its key's holder
     else
       out[#out + 1] = { id, 1, fields }
+      batched = batched + 1
       room = room - 1
       bytes = bytes + size_of(fields)
     end
@@ -227,9 +231,11 @@ while not full() and not (o.on() and blocked >= o.max_blocked) do
   end
   if #entries < count then break end
 end
+local batch = {}
 if first_new then
   redis.call('ZADD', timers, deadline, 'b/' .. consumer .. '/' .. first_new .. '/' .. last_new)
   timer_set = true
+  batch = { first_new, last_new, batched }
 end
 
 -- Wait until the next timer in the future. Due timers left behind are
@@ -248,4 +254,4 @@ else
   if next[1] then wait = tonumber(next[2]) - now end
 end
 if bytes >= max_bytes then more = true end
-return { wait, out, math.max(room, 0), now, dead, more and 1 or 0, o.handed, acks }
+return { wait, out, math.max(room, 0), now, dead, more and 1 or 0, o.handed, acks, batch }

@@ -239,6 +239,44 @@ local ACK_RANGE_MAX = 100000
 -- batch timers (ack_held).
 local FEW_ACKS = 4
 
+-- Whether stream id `a` comes before `b`: digits compared by length, then
+-- as text (tonumber would round a sequence number past 2^53).
+local function id_before(a, b)
+  local a_ms, a_seq = string.match(a, '^(%d+)%-(%d+)$')
+  local b_ms, b_seq = string.match(b, '^(%d+)%-(%d+)$')
+  if a_ms ~= b_ms then
+    if #a_ms ~= #b_ms then return #a_ms < #b_ms end
+    return a_ms < b_ms
+  end
+  if #a_seq ~= #b_seq then return #a_seq < #b_seq end
+  return a_seq < b_seq
+end
+
+-- Adds to `members` the batch timers of `consumer` (the m pairs of first and
+-- last id at ARGV[at]) that cover nothing any more: the consumer holds no
+-- entry of their range. Run after the acks, with one XPENDING over all the
+-- ranges: their stream says they are done, this makes sure. Past what that
+-- XPENDING could read, they are left to be settled when they fall due.
+local function covering_nothing(o, consumer, at, m, members)
+  local ranges = {}
+  for j = at, at + 2 * m - 1, 2 do ranges[#ranges + 1] = { ARGV[j], ARGV[j + 1] } end
+  table.sort(ranges, function(x, y) return id_before(x[1], y[1]) end)
+  local highest = ranges[1][2]
+  for _, r in ipairs(ranges) do
+    if id_before(highest, r[2]) then highest = r[2] end
+  end
+  local pending = redis.call('XPENDING', o.stream, o.group, ranges[1][1], highest,
+    ACK_RANGE_MAX, consumer)
+  if #pending >= ACK_RANGE_MAX then return end
+  -- Both in id order: skip what lies before each range, look at the next.
+  local p = 1
+  for _, r in ipairs(ranges) do
+    while pending[p] and id_before(pending[p][1], r[1]) do p = p + 1 end
+    local held = pending[p] and not id_before(r[2], pending[p][1])
+    if not held then members[#members + 1] = 'b/' .. consumer .. '/' .. r[1] .. '/' .. r[2] end
+  end
+end
+
 -- Acknowledges deliveries still held by their consumer: they leave the
 -- subscription's pending list (and timers) for good, and are counted once
 -- each. A delivery that is no longer current (acked, nacked or redelivered
@@ -247,10 +285,13 @@ local FEW_ACKS = 4
 -- ordering key to the key's next entry.
 --
 -- The deliveries are ARGV[from] on, grouped by consumer: consumer, first id,
--- last id, n, and n pairs: id, delivery count. One XPENDING per consumer
--- (over the range of its ids) checks them all: one per id made acking cost
--- a third more. Each consumer's XPENDING fails on a missing group, as it
--- must. Returns how many were acked, and their ids.
+-- last id, n, m, n pairs: id, delivery count, and m pairs: first and last id
+-- of a batch timer of that consumer's fetches (fetch_deliveries.lua) whose
+-- every delivery its stream has acked, nacked or extended (OpenBatches in
+-- the broker). One XPENDING per consumer (over the range of its ids) checks
+-- them all: one per id made acking cost a third more. Each consumer's
+-- XPENDING fails on a missing group, as it must. Returns how many were
+-- acked, and their ids.
 local function ack_held(o, from)
   local held = {}
   -- Each acked entry's own timer; and, for a consumer's few acks, the batch
@@ -260,10 +301,12 @@ local function ack_held(o, from)
   -- otherwise wait out the lease to be settled by a fetch; many acks at once
   -- follow fetches of many, whose timers no single entry's name matches.
   local timer_members = {}
+  local finished = {} -- { consumer, i, m }: where its finished batches are in ARGV
   local i = from
   while i <= #ARGV do
-    local consumer, first, last, n = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
-    i = i + 4
+    local consumer, first, last = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+    local n, m = tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4])
+    i = i + 5
     local counts = {}
     for _, p in ipairs(redis.call('XPENDING', o.stream, o.group, first, last, ACK_RANGE_MAX, consumer)) do
       counts[p[1]] = tonumber(p[4])
@@ -280,11 +323,16 @@ local function ack_held(o, from)
       end
     end
     i = i + 2 * n
+    if m > 0 then finished[#finished + 1] = { consumer, i, m } end
+    i = i + 2 * m
   end
   local acked = 0
   in_chunks(held, function(...)
     acked = acked + redis.call('XACK', o.stream, o.group, ...)
   end)
+  for _, f in ipairs(finished) do
+    covering_nothing(o, f[1], f[2], f[3], timer_members)
+  end
   in_chunks(timer_members, function(...) redis.call('ZREM', o.timers, ...) end)
   if acked > 0 then redis.call('HINCRBY', o.settings, 'acked', acked) end
   release(o, held)
