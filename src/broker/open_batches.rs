@@ -12,6 +12,8 @@
 //!
 //! Only a shortcut: a timer this loses track of (its deliveries acked
 //! elsewhere, its lease run out, the stream closed) is settled as before.
+//! Only streams whose acks come on the stream itself (StreamingSubscribe)
+//! keep track: a Subscribe stream's acks are unary calls it never sees.
 
 use crate::store::leases::{BatchTimer, Lease};
 use std::collections::{BTreeMap, HashMap};
@@ -30,6 +32,8 @@ pub struct OpenBatches {
 
 #[derive(Debug, Default)]
 struct Inner {
+    /// Off until the stream says its acks come its way ([`OpenBatches::track`]).
+    tracking: bool,
     /// By the order the fetches were made.
     open: BTreeMap<u64, Open>,
     next: u64,
@@ -57,13 +61,18 @@ impl OpenBatches {
         }
     }
 
+    /// From now on, keeps track of the batches: the stream's client acks on it.
+    pub fn track(&self) {
+        self.lock().tracking = true;
+    }
+
     /// Records a fetch's batch timer, which covers the deliveries of
     /// `entries` until `until`.
     pub fn opened(&self, timer: BatchTimer, entries: Vec<String>, until: Instant) {
-        if entries.is_empty() {
-            return; // it covers nothing: it is for a fetch to settle
-        }
         let mut inner = self.lock();
+        if !inner.tracking || entries.is_empty() {
+            return; // an empty batch covers nothing: it is for a fetch to settle
+        }
         inner.forget_ended(Instant::now());
         let at = inner.next;
         inner.next += 1;
@@ -139,6 +148,22 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    fn tracking() -> OpenBatches {
+        let batches = OpenBatches::new("c");
+        batches.track();
+        batches
+    }
+
+    #[test]
+    fn a_stream_that_does_not_track_records_nothing() {
+        let batches = OpenBatches::new("c");
+        let later = Instant::now() + Duration::from_secs(30);
+        batches.opened(timer("1-0", "1-0"), ids(&["1-0"]), later);
+        batches.resolved(&[lease("1-0", "c", 1)]);
+        assert!(batches.take_finished().is_empty());
+        assert!(batches.lock().batch_of.is_empty());
+    }
+
     fn timer(first: &str, last: &str) -> BatchTimer {
         BatchTimer {
             consumer: "c".into(),
@@ -161,7 +186,7 @@ mod tests {
 
     #[test]
     fn a_timer_is_finished_once_each_of_its_deliveries_is_resolved() {
-        let batches = OpenBatches::new("c");
+        let batches = tracking();
         let later = Instant::now() + Duration::from_secs(30);
         batches.opened(timer("1-0", "1-2"), ids(&["1-0", "1-1", "1-2"]), later);
         batches.opened(timer("2-0", "2-0"), ids(&["2-0"]), later);
@@ -176,7 +201,7 @@ mod tests {
 
     #[test]
     fn leases_of_other_consumers_and_redeliveries_resolve_nothing() {
-        let batches = OpenBatches::new("c");
+        let batches = tracking();
         let later = Instant::now() + Duration::from_secs(30);
         batches.opened(timer("1-0", "1-0"), ids(&["1-0"]), later);
         batches.resolved(&[lease("1-0", "other", 1), lease("1-0", "c", 2)]);
@@ -185,7 +210,7 @@ mod tests {
 
     #[test]
     fn batches_whose_lease_ended_are_forgotten() {
-        let batches = OpenBatches::new("c");
+        let batches = tracking();
         let now = Instant::now();
         batches.opened(timer("1-0", "1-0"), ids(&["1-0"]), now);
         batches.opened(
@@ -200,7 +225,7 @@ mod tests {
 
     #[test]
     fn the_open_batches_are_bounded() {
-        let batches = OpenBatches::new("c");
+        let batches = tracking();
         let later = Instant::now() + Duration::from_secs(30);
         for n in 0..MAX_OPEN + 10 {
             let id = format!("{n}-0");

@@ -54,6 +54,8 @@ pub async fn serve(
         subscription: options.subscription.clone(),
     };
     let subscription = broker.subscribe(options).await?;
+    // Its acks come this way: the stream can tell when a fetch's are all in.
+    subscription.control.batches().track();
     // Deliveries end when the stream is stopped; batches not sent by then are
     // given back (see DeliveryBatch).
     let stopped = subscription.control.stopped();
