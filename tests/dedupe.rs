@@ -312,4 +312,32 @@ async fn a_big_request_keeps_a_small_claim_that_answers_every_id() {
     println!("claim of 1,000 ids: {} bytes: {claim}", claim.len());
     // Written id by id it would take about 16,000 bytes.
     assert!(claim.len() < 500, "{claim}");
+
+    // One message's claim is its id; a few appended in one millisecond are
+    // one run from the first id (the script checks the first and last only).
+    for (dedupe_id, count) in [("one", 1), ("few", 5)] {
+        let messages = (0..count).map(|i| message(format!("s{i}"))).collect();
+        let sent = client
+            .publish(pb::PublishRequest {
+                dedupe_id: dedupe_id.into(),
+                ..request(messages)
+            })
+            .await
+            .expect("publish")
+            .into_inner();
+        let claim: String = redis::cmd("GET")
+            .arg(format!("redq:{{big}}:dedupe-request:{dedupe_id}"))
+            .query_async(&mut conn)
+            .await
+            .expect("the claim");
+        let ids = &sent.message_ids;
+        let one_millisecond = ids
+            .iter()
+            .all(|id| id.split('-').next() == ids[0].split('-').next());
+        if count == 1 {
+            assert_eq!(claim, ids[0]);
+        } else if one_millisecond {
+            assert_eq!(claim, format!("{}+{}", ids[0], count - 1));
+        }
+    }
 }
