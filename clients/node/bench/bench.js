@@ -11,6 +11,8 @@
 //   node bench/bench.js [--addr HOST:PORT] [--count 100000] [--quick] [--runs 1]
 //                       [--only lib,lib-nodedupe,raw] [--workloads a,b] [--pids REDQ,REDIS] [--json FILE]
 //                       [--ack-linger MS]  (the Subscriber's ackLinger; default the library's)
+//                       [--max-outstanding N] [--max-outstanding-bytes B]  (the Subscriber's flow
+//                       control in consume-ack and e2e-2000; default 100 and the server's)
 
 import { fork } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
@@ -31,6 +33,8 @@ const { values: opts } = parseArgs({
     pids: { type: 'string' },
     json: { type: 'string' },
     'ack-linger': { type: 'string' },
+    'max-outstanding': { type: 'string', default: '100' },
+    'max-outstanding-bytes': { type: 'string' },
   },
 });
 if (!opts.addr) {
@@ -41,8 +45,13 @@ const COUNT = opts.quick ? 2000 : Number(opts.count);
 const RUNS = Number(opts.runs);
 const PIDS = opts.pids ? opts.pids.split(',').map(Number) : [];
 const PAYLOAD = Buffer.alloc(100, 0x61);
-// The Subscriber options of consume-ack and e2e-2000 (the library's own defaults unless --ack-linger).
-const SUBSCRIBE = { maxOutstanding: 100, ...(opts['ack-linger'] === undefined ? {} : { ackLinger: Number(opts['ack-linger']) }) };
+// The Subscriber options of consume-ack and e2e-2000: 100 outstanding, as the
+// workloads are defined, and the library's own defaults, unless the options say otherwise.
+const SUBSCRIBE = {
+  maxOutstanding: Number(opts['max-outstanding']),
+  ...(opts['ack-linger'] === undefined ? {} : { ackLinger: Number(opts['ack-linger']) }),
+  ...(opts['max-outstanding-bytes'] === undefined ? {} : { maxOutstandingBytes: Number(opts['max-outstanding-bytes']) }),
+};
 const RATE = 2000; // msg/s of the end-to-end workload
 const runId = randomBytes(4).toString('hex');
 let topicSeq = 0;
