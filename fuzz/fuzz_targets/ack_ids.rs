@@ -6,7 +6,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use redq::broker::ack_id::{self, MAX_LEN};
-use redq::store::stream::is_entry_id;
+use redq::model::is_entry_id;
 
 /// Topic and subscription pairs to encode for; the separator keeps
 /// `a` + `b.c` apart from `a.b` + `c`.

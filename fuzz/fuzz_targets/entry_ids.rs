@@ -5,7 +5,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use redq::store::stream::{
+use redq::model::{
     entry_id_after, entry_id_before, entry_time_ms, is_entry_id, is_scheduled_id, parse_entry_id,
 };
 

@@ -1,11 +1,12 @@
 //! Grant patterns: the input is `pattern`, a newline, then `name` (the whole
 //! input is both when it has no newline) → `Pattern::parse`, then `matches`.
-//! Invariant: a pattern with no `*` or `>` matches exactly its own text.
+//! Invariants: a pattern with no `*` or `>` matches exactly its own text;
+//! a matched name starts with the pattern's literal prefix.
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use redq::auth::patterns::Pattern;
+use redq::model::Pattern;
 
 fuzz_target!(|text: &str| {
     let (pattern_text, name) = text.split_once('\n').unwrap_or((text, text));
@@ -13,6 +14,11 @@ fuzz_target!(|text: &str| {
         return;
     };
     let matched = pattern.matches(name);
+    // Every name it matches starts with its literal prefix (an EPHEMERAL
+    // pattern stream's Redis channel pattern is built on it).
+    if matched {
+        assert!(name.starts_with(&pattern.literal_prefix()), "{pattern_text:?} vs {name:?}");
+    }
     // Parsing is deterministic, and the parsed pattern parses the same.
     assert_eq!(Pattern::parse(pattern_text).as_ref(), Ok(&pattern));
 

@@ -8,10 +8,10 @@
 //! fuzz/seeds/gen_seeds.py writes seeds with the same numbering), the rest
 //! is the protobuf encoding.
 //!
-//! The AdminService validators of src/grpc/admin.rs are called with
-//! `--features admin`, which needs `redq::grpc::admin` to be public; without
-//! it the admin requests get the validation that is reachable from here
-//! (names, page tokens, ack deadlines, entry ids, seek times).
+//! The AdminService validators of src/grpc/convert/admin.rs are called with
+//! `--features admin`; without it the admin requests get the validation that
+//! is reachable from here (names, page tokens, ack deadlines, entry ids,
+//! seek times).
 
 #![no_main]
 
@@ -22,7 +22,8 @@ use redq::config::Limits;
 use redq::error::Error;
 use redq::grpc::convert;
 use redq::pb;
-use redq::store::stream::{Due, is_entry_id};
+use redq::grpc::targets::Target;
+use redq::model::{Due, is_entry_id};
 use std::sync::LazyLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -385,7 +386,7 @@ fn publish(
 }
 
 /// What publish_batch and scheduled_message promise of a message they accept.
-fn check_new_message(message: &redq::store::stream::NewMessage, limits: &Limits) {
+fn check_new_message(message: &redq::model::NewMessage, limits: &Limits) {
     assert!(!message.payload.is_empty());
     assert!(message.payload.len() <= limits.max_payload_bytes as usize);
     assert!(message.attributes.len() <= limits.max_attributes as usize);
@@ -413,9 +414,14 @@ fn check_due(due: Due, limits: &Limits) {
 }
 
 fn subscribe(request: pb::SubscribeRequest, limits: &Limits) -> Result<(), Error> {
+    request.check_names()?;
     let consumer_given = !request.consumer.is_empty();
     let options = convert::subscribe_options(request, limits)?;
-    convert::check_name("topic", &options.topic).expect("a checked topic name");
+    // A pattern stream names no topic; any other stream names a valid one.
+    match &options.pattern {
+        Some(_) => assert!(options.topic.is_empty(), "{:?}", options.topic),
+        None => convert::check_name("topic", &options.topic).expect("a checked topic name"),
+    }
     convert::check_name("subscription", &options.subscription).expect("a checked name");
     if consumer_given {
         assert!(!options.consumer.contains('/'), "{:?}", options.consumer);
@@ -436,7 +442,9 @@ fn check_ack_ids(
     ids: &[String],
     limits: &Limits,
 ) -> Result<(), Error> {
-    let parsed = convert::ack_ids(topic, subscription, ids, limits)?;
+    convert::check_name("topic", topic)?;
+    convert::check_name("subscription", subscription)?;
+    let parsed = convert::ack_ids(ids, limits)?;
     assert_eq!(parsed.len(), ids.len());
     for (ack_id, text) in parsed.iter().zip(ids) {
         assert_eq!(&ack_id.text, text);
@@ -484,14 +492,14 @@ fn streaming_subscribe(request: pb::StreamingSubscribeRequest, limits: &Limits) 
     Ok(())
 }
 
-// The AdminService validators (src/grpc/admin.rs).
+// The AdminService validators (src/grpc/convert/admin.rs).
 
 #[cfg(feature = "admin")]
-use redq::grpc::admin;
+use redq::grpc::convert as admin;
 
 #[cfg(feature = "admin")]
 fn page_size_or_default(page_size: u32) -> Result<(), Error> {
-    let size = admin::page_size_or_default(page_size)?;
+    let size = convert::page_size_or_default(page_size)?;
     assert!((1..=1000).contains(&size), "page size {size}");
     Ok(())
 }
@@ -505,9 +513,12 @@ fn dead_letter_ids_valid(ids: &[String], limits: &Limits) -> Result<(), Error> {
 
 #[cfg(feature = "admin")]
 fn topic_settings(settings: pb::TopicSettings, limits: &Limits) -> Result<(), Error> {
-    let settings = admin::topic_settings(settings, limits)?;
+    let (settings, kind) = admin::topic_settings(settings, limits)?;
     if let Some(max) = settings.max_payload_bytes {
         assert!(max <= limits.max_payload_bytes);
+    }
+    if let Some(redq::model::TopicKind::List { key }) = kind {
+        assert!(!key.is_empty() && key.len() <= 512 && !key.starts_with("redq:"));
     }
     Ok(())
 }
@@ -538,14 +549,13 @@ fn subscription_update(settings: pb::SubscriptionSettings, limits: &Limits) -> R
 
 #[cfg(not(feature = "admin"))]
 fn page_size_or_default(page_size: u32) -> Result<(), Error> {
-    // Same bounds as ListDeadLetters' page size, which convert checks.
-    convert::dead_letter_page(page_size, "").map(|_| ())
+    convert::page_size_or_default(page_size).map(|_| ())
 }
 
 #[cfg(not(feature = "admin"))]
 fn dead_letter_ids_valid(ids: &[String], _limits: &Limits) -> Result<(), Error> {
     for id in ids {
-        if redq::store::stream::parse_entry_id(id).is_none() {
+        if redq::model::parse_entry_id(id).is_none() {
             return Err(Error::invalid("dead_letter_ids", "is not a dead letter id"));
         }
     }
