@@ -2,7 +2,8 @@
 //! server against it, for a first try on a laptop. Ctrl-C stops both.
 
 use crate::config::DevArgs;
-use crate::server::{self, BoxError};
+use crate::error::BoxError;
+use crate::server;
 use crate::store::Store;
 use crate::store::connection::RedisAccess;
 use std::path::Path;

@@ -50,7 +50,18 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// Any error, for what ends the process or a CLI command with a message
+/// (start-up, the client subcommands, the benchmarks): the domain's own
+/// errors use [`Error`].
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
 impl Error {
+    /// Redis (or the node or shard this call needed) cannot be reached:
+    /// a retry may succeed. Never a client's mistake, never a bug.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, Error::Unavailable(_) | Error::PoolTimeout)
+    }
+
     pub fn invalid(field: impl Into<String>, reason: impl Into<String>) -> Self {
         Error::InvalidArgument {
             field: field.into(),
@@ -83,28 +94,65 @@ impl From<redis::RedisError> for Error {
         if err.code() == Some("OOM") {
             return Error::ResourceExhausted("redis is out of memory".into());
         }
-        // Connection-level failures are retryable; anything Redis itself
-        // rejected is a server fault worth a log line.
-        if err.is_io_error()
-            || err.is_timeout()
-            || err.is_connection_dropped()
-            || err.is_connection_refusal()
-            || err.is_unrecoverable_error()
-            || matches!(
-                err.kind(),
-                redis::ErrorKind::Server(
-                    redis::ServerErrorKind::BusyLoading
-                        | redis::ServerErrorKind::TryAgain
-                        | redis::ServerErrorKind::ClusterDown
-                        | redis::ServerErrorKind::MasterDown
-                )
-            )
-        {
+        if means_unreachable(&err) {
             Error::Unavailable(err)
         } else {
             Error::Redis(err)
         }
     }
+}
+
+/// Whether a Redis error means that Redis, or the one node or shard the
+/// command needed, cannot be reached now (the call is safe to retry), as
+/// opposed to Redis refusing the command (a bug, or a foreign write, worth an
+/// error log). On a cluster one shard down must not look like a server fault.
+fn means_unreachable(err: &redis::RedisError) -> bool {
+    use redis::ErrorKind as Kind;
+    match err.kind() {
+        // Connection refused, reset or closed, a timeout, no connection to
+        // the node that owns a slot, or no node at all.
+        Kind::Io | Kind::ClusterConnectionNotFound => true,
+        // A Sentinel that knows no master for the name (yet), or no replica.
+        Kind::MasterNameNotFoundBySentinel | Kind::NoValidReplicasFoundBySentinel => true,
+        // A reply of Redis, alone or inside a pipeline or a transaction that
+        // Redis aborted (MULTI/EXEC sent to a node that redirects it).
+        Kind::Server(_) | Kind::Extension => match err.clone().into_server_errors() {
+            Some(replies) => replies
+                .iter()
+                .any(|(_, reply)| reply_means_unreachable(reply.code())),
+            None => err.code().is_some_and(reply_means_unreachable),
+        },
+        // Whatever else makes redis-rs drop the connection (a reply it could
+        // not parse, a failed AUTH after a reconnect): the next try uses a
+        // new one.
+        _ => {
+            err.is_timeout()
+                || err.is_connection_dropped()
+                || err.is_connection_refusal()
+                || err.is_unrecoverable_error()
+        }
+    }
+}
+
+/// Error replies that say the node cannot serve the key now, rather than
+/// that the command is wrong: a node loading its data, a slot migrating or
+/// without a master, a cluster that lost coverage, a master that lost its
+/// link, a write that reached a master a failover demoted, a redirect the
+/// cluster client did not follow (the topology is changing), too few
+/// replicas for `min-replicas-to-write`, a blocked read ended by a failover.
+fn reply_means_unreachable(code: &str) -> bool {
+    matches!(
+        code,
+        "LOADING"
+            | "TRYAGAIN"
+            | "CLUSTERDOWN"
+            | "MASTERDOWN"
+            | "READONLY"
+            | "MOVED"
+            | "ASK"
+            | "NOREPLICAS"
+            | "UNBLOCKED"
+    )
 }
 
 impl From<bb8::RunError<redis::RedisError>> for Error {
@@ -174,6 +222,98 @@ mod tests {
         let status = Status::from(Error::from(redis::RedisError::from(io)));
         assert_eq!(status.code(), Code::Unavailable);
         assert!(!status.message().contains("secret detail"));
+    }
+
+    /// A Redis error of `kind`, as redis-rs builds it.
+    fn redis_error(kind: redis::ErrorKind) -> Error {
+        Error::from(redis::RedisError::from((kind, "detail from redis")))
+    }
+
+    #[test]
+    fn every_unreachable_node_or_shard_is_unavailable() {
+        use redis::{ErrorKind as Kind, ServerErrorKind as Server};
+        use std::io::ErrorKind as Io;
+        let io = [
+            Io::ConnectionRefused,
+            Io::ConnectionReset,
+            Io::ConnectionAborted,
+            Io::BrokenPipe,
+            Io::UnexpectedEof,
+            Io::NotConnected,
+            Io::TimedOut,
+            Io::NotFound,
+            Io::Other,
+        ];
+        let mut errors: Vec<(String, Error)> = io
+            .into_iter()
+            .map(|kind| {
+                let err = redis::RedisError::from(std::io::Error::new(kind, "detail"));
+                (format!("io {kind:?}"), Error::from(err))
+            })
+            .collect();
+        let kinds = [
+            Kind::Io,
+            Kind::ClusterConnectionNotFound,
+            Kind::MasterNameNotFoundBySentinel,
+            Kind::NoValidReplicasFoundBySentinel,
+            Kind::Parse,
+            Kind::Server(Server::BusyLoading),
+            Kind::Server(Server::TryAgain),
+            Kind::Server(Server::ClusterDown),
+            Kind::Server(Server::MasterDown),
+            Kind::Server(Server::ReadOnly),
+            Kind::Server(Server::Moved),
+            Kind::Server(Server::Ask),
+        ];
+        errors.extend(kinds.map(|kind| (format!("{kind:?}"), redis_error(kind))));
+        for (name, err) in errors {
+            assert!(err.is_unavailable(), "{name}: {err:?}");
+            let status = Status::from(err);
+            assert_eq!(status.code(), Code::Unavailable, "{name}");
+            assert!(!status.message().contains("detail"), "{name}");
+        }
+    }
+
+    #[test]
+    fn replies_redis_rs_has_no_kind_for_are_sorted_by_their_code() {
+        for (reply, code) in [
+            (
+                "NOREPLICAS Not enough good replicas to write.",
+                Code::Unavailable,
+            ),
+            (
+                "UNBLOCKED force unblock from blocking operation",
+                Code::Unavailable,
+            ),
+            ("WRONGTYPE Operation against a key", Code::Internal),
+            ("CLUSTERDOWN The cluster is down", Code::Unavailable),
+            ("MOVED 7214 127.0.0.1:7001", Code::Unavailable),
+            ("EXECABORT Transaction discarded", Code::Internal),
+        ] {
+            let err = redis::parse_redis_value(format!("-{reply}\r\n").as_bytes())
+                .expect("an error reply parses")
+                .extract_error()
+                .expect_err("an error reply");
+            assert_eq!(Status::from(Error::from(err)).code(), code, "{reply}");
+        }
+    }
+
+    #[test]
+    fn refusals_by_redis_are_internal() {
+        use redis::{ErrorKind as Kind, ServerErrorKind as Server};
+        for kind in [
+            Kind::Client,
+            Kind::UnexpectedReturnType,
+            Kind::InvalidClientConfig,
+            Kind::Server(Server::ResponseError),
+            Kind::Server(Server::NoScript),
+            Kind::Server(Server::CrossSlot),
+            Kind::Server(Server::NoPerm),
+        ] {
+            let err = redis_error(kind);
+            assert!(!err.is_unavailable(), "{kind:?}");
+            assert_eq!(Status::from(err).code(), Code::Internal, "{kind:?}");
+        }
     }
 
     #[test]

@@ -4,6 +4,8 @@
 //! domain: publish, deliver, ack, leases) → [`store`] (one module per Redis
 //! structure, Lua scripts where steps must be atomic).
 //!
+//! - [`model`]: the domain's types, shared by the API façades, the broker
+//!   and the store.
 //! - [`config`]: flags and `REDQ_*` variables.
 //! - [`server`]: wires the gRPC and HTTP servers and the background loops.
 //! - [`health`]: readiness from Redis reachability and loop liveness.
@@ -12,6 +14,16 @@
 //! - [`dev`]: `redq dev`, a private redis-server plus the server.
 //! - [`bench`]: `redq bench`, load generators against a running server.
 //! - [`cli`]: `redq publish`, `subscribe`, `stats`, `dlq`…: the API from a shell.
+//! - [`error`]: the domain's error and its one mapping to gRPC status codes.
+//! - [`auth`]: tokens, grants and the per-token limits; [`security`] builds
+//!   them and TLS from the flags, [`tls`] serves TLS, [`reload`] reloads
+//!   certificates and tokens on an interval and on SIGHUP.
+//! - [`workers`]: the worker threads that serve gRPC connections.
+//!
+//! Only what the binary, the tests and the fuzz targets use is `pub`.
+//!
+//! `ARCHITECTURE.md` follows one message through these modules and defines
+//! the broker's terms.
 
 pub mod auth;
 pub mod bench;
@@ -21,15 +33,16 @@ pub mod config;
 pub mod dev;
 pub mod error;
 pub mod grpc;
-pub mod health;
-pub mod metrics;
-pub mod reload;
-pub mod security;
+mod health;
+mod metrics;
+pub mod model;
+mod reload;
+mod security;
 pub mod server;
-pub mod shutdown;
+mod shutdown;
 pub mod store;
 pub mod tls;
-pub mod workers;
+mod workers;
 
 /// Code generated from `proto/`, in modules named after the proto packages
 /// (generated code refers to `google.rpc` by its relative path).
@@ -61,7 +74,7 @@ pub mod pb {
 
 /// `redq serve`: checks the configuration, binds the listeners and runs
 /// until SIGTERM or SIGINT.
-pub async fn serve(args: config::ServeArgs) -> Result<(), server::BoxError> {
+pub async fn serve(args: config::ServeArgs) -> Result<(), error::BoxError> {
     args.settings.limits.validate()?;
     let access = args.redis.access()?;
     let store = store::Store::new(&access, args.settings.redis_pool_size)

@@ -3,6 +3,7 @@
 
 use crate::broker::{Broker, BrokerSettings, registry_repair, retention};
 use crate::config::Settings;
+use crate::error::BoxError;
 use crate::grpc::{AdminApi, QueueApi};
 use crate::health::Health;
 use crate::metrics::Metrics;
@@ -28,8 +29,6 @@ const TCP_KEEPALIVE: Duration = Duration::from_secs(60);
 
 /// Pause after a failed accept.
 const ACCEPT_RETRY: Duration = Duration::from_millis(50);
-
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Serves gRPC on `grpc` and `/healthz`, `/readyz`, `/metrics` on `http` until `shutdown`
 /// resolves, then drains for at most `settings.drain_timeout`.

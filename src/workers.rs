@@ -12,7 +12,7 @@
 //! call became 0.07 to 0.4, and the server's CPU time per call fell from 30
 //! to 14 µs (BENCHMARKS.md).
 
-use crate::server::BoxError;
+use crate::error::BoxError;
 use crate::tls::{Acceptor, ServerIo};
 use futures::{Stream, StreamExt};
 use std::future::Future;

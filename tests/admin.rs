@@ -67,22 +67,6 @@ async fn subscription_stats(admin: &mut Admin, topic: &str, name: &str) -> pb::S
         .expect("GetSubscription has stats")
 }
 
-/// Polls `check` until it holds (panics after `EVENTUALLY`).
-async fn eventually<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + EVENTUALLY;
-    while !check().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{what} did not happen within {EVENTUALLY:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn topics_are_created_read_listed_updated_and_deleted() {
     let redis = RedisServer::start();
@@ -96,12 +80,17 @@ async fn topics_are_created_read_listed_updated_and_deleted() {
         ..Default::default()
     };
     let created = admin
-        .create_topic(topic_request("orders", settings))
+        .create_topic(topic_request("orders", settings.clone()))
         .await
         .expect("CreateTopic")
         .into_inner();
     assert_eq!(created.name, "orders");
-    assert_eq!(created.settings.as_ref(), Some(&settings));
+    // Created without a kind: a STREAM topic, and it says so.
+    let stream = pb::TopicSettings {
+        kind: pb::TopicKind::Stream.into(),
+        ..settings.clone()
+    };
+    assert_eq!(created.settings.as_ref(), Some(&stream));
     let again = admin.create_topic(topic_request("orders", settings)).await;
     assert_eq!(again.unwrap_err().code(), Code::AlreadyExists);
 

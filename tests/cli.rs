@@ -10,89 +10,15 @@
 mod common;
 
 use std::collections::{HashMap, HashSet};
-use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
 use bytes::Bytes;
+use common::cli::{redq, redq_at};
 use common::*;
 use redq::pb;
 
 const TOPIC: &str = "cli-orders";
 const SUB: &str = "cli-billing";
-
-/// What a finished `redq` process printed.
-#[derive(Debug)]
-struct Output {
-    status: ExitStatus,
-    stdout: String,
-    stderr: String,
-}
-
-impl Output {
-    /// Stdout's lines; panics (showing stderr) unless the process succeeded.
-    #[track_caller]
-    fn ok_lines(&self) -> Vec<String> {
-        assert!(self.status.success(), "redq failed: {self:?}");
-        self.stdout.lines().map(str::to_string).collect()
-    }
-
-    /// Asserts a failure reported on exactly one stderr line starting with
-    /// `redq: <prefix>`, without a panic; returns that line.
-    #[track_caller]
-    fn one_line_error(&self, prefix: &str) -> String {
-        assert!(!self.status.success(), "expected a failure: {self:?}");
-        assert!(!self.stderr.contains("panicked"), "panicked: {self:?}");
-        let lines: Vec<&str> = self.stderr.lines().collect();
-        assert_eq!(lines.len(), 1, "one stderr line: {self:?}");
-        assert!(
-            lines[0].starts_with(&format!("redq: {prefix}")),
-            "stderr should start with 'redq: {prefix}': {self:?}"
-        );
-        lines[0].to_string()
-    }
-}
-
-/// Runs `redq <args>` against `server` (through `REDQ_SERVER`), feeding it
-/// `stdin` (or none), and waits for it to exit (bounded by `EVENTUALLY`).
-async fn redq(server: &TestServer, args: &[&str], stdin: Option<&[u8]>) -> Output {
-    redq_at(&server.grpc_url(), args, stdin).await
-}
-
-async fn redq_at(server_url: &str, args: &[&str], stdin: Option<&[u8]>) -> Output {
-    use tokio::io::AsyncWriteExt;
-    let mut cmd = tokio::process::Command::new(redq_bin());
-    for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("REDQ_") {
-            cmd.env_remove(key);
-        }
-    }
-    cmd.args(args)
-        .env("REDQ_SERVER", server_url)
-        .env("NO_COLOR", "1")
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    let mut child = cmd.spawn().expect("spawn redq");
-    if let Some(input) = stdin {
-        let mut pipe = child.stdin.take().expect("stdin pipe");
-        pipe.write_all(input).await.expect("write stdin");
-        drop(pipe);
-    }
-    let output = tokio::time::timeout(EVENTUALLY, child.wait_with_output())
-        .await
-        .unwrap_or_else(|_| panic!("redq {args:?} still running after {EVENTUALLY:?}"))
-        .expect("wait for redq");
-    Output {
-        status: output.status,
-        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-    }
-}
 
 async fn start() -> (RedisServer, TestServer) {
     let redis = RedisServer::start();
@@ -556,8 +482,8 @@ async fn topics_lists_every_topic() {
             .unwrap_or_else(|| panic!("no row for {name}: {table:?}"));
         cells(line)
     };
-    assert_eq!(row_of("cli-a")[1], "0", "{table:?}");
-    assert_eq!(row_of("cli-b")[1], "1", "{table:?}");
+    assert_eq!(row_of("cli-a")[1..3], ["STREAM", "0"], "{table:?}");
+    assert_eq!(row_of("cli-b")[1..3], ["STREAM", "1"], "{table:?}");
 }
 
 /// A table row's cells: separated by two spaces or more (a cell such as
@@ -696,4 +622,75 @@ async fn dlq_purge_deletes_named_or_all_dead_letters() {
         .await
         .ok_lines();
     assert_eq!(table.len(), 1, "header only: {table:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kinds_show_in_topics_and_stats_and_subscribe_takes_a_pattern() {
+    let (_redis, server) = start().await;
+    let mut admin = server.admin().await;
+    for (name, kind, list_key) in [
+        ("cli-live.hall", pb::TopicKind::Ephemeral, ""),
+        ("cli-jobs", pb::TopicKind::List, "legacy:cli-jobs"),
+    ] {
+        admin
+            .create_topic(pb::CreateTopicRequest {
+                name: name.into(),
+                settings: Some(pb::TopicSettings {
+                    kind: kind.into(),
+                    list_key: list_key.into(),
+                    ..Default::default()
+                }),
+            })
+            .await
+            .unwrap_or_else(|s| panic!("create {name}: {s:?}"));
+    }
+    let table = redq(&server, &["topics"], None).await.ok_lines();
+    let kind_of = |name: &str| -> String {
+        let line = table
+            .iter()
+            .find(|line| line.split("  ").next() == Some(name))
+            .unwrap_or_else(|| panic!("no row for {name}: {table:?}"));
+        cells(line)[1].clone()
+    };
+    assert_eq!(kind_of("cli-live.hall"), "EPHEMERAL", "{table:?}");
+    assert_eq!(kind_of("cli-jobs"), "LIST legacy:cli-jobs", "{table:?}");
+    let stats = redq(&server, &["stats", "cli-live.hall"], None)
+        .await
+        .ok_lines();
+    assert!(
+        stats
+            .iter()
+            .any(|l| l.starts_with("kind") && l.ends_with("EPHEMERAL")),
+        "{stats:?}"
+    );
+
+    // A pattern stream prints each message after its topic. It opens once
+    // the CLI has run, so the message is published until the CLI prints it.
+    let cli = tokio::spawn({
+        let server_url = server.grpc_url();
+        async move {
+            common::cli::redq_at(
+                &server_url,
+                &[
+                    "subscribe",
+                    "cli-live.*",
+                    "screens",
+                    "--pattern",
+                    "--max",
+                    "1",
+                ],
+                None,
+            )
+            .await
+        }
+    });
+    let mut client = server.client().await;
+    while !cli.is_finished() {
+        publish(&mut client, "cli-live.hall", ["21.5"]).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let lines = cli.await.unwrap().ok_lines();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].starts_with("cli-live.hall "), "{lines:?}");
+    assert!(lines[0].ends_with(" 21.5"), "{lines:?}");
 }

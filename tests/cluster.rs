@@ -11,10 +11,12 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
+use common::cli::redq;
 use common::cluster::{RedisCluster, cli};
 use common::load::Load;
 use common::sockets::assert_nagle_is_off;
 use common::*;
+use futures::StreamExt;
 use redq::pb;
 use tonic::Code;
 
@@ -128,6 +130,19 @@ async fn every_feature_works_on_topics_of_every_master() {
             .await;
         assert_eq!(gone.unwrap_err().code(), Code::NotFound);
     }
+    // A LIST topic's list and redq's keys for it would be in different
+    // slots: the kind is refused on a cluster, naming it.
+    let list = admin
+        .create_topic(pb::CreateTopicRequest {
+            name: "jobs".into(),
+            settings: Some(pb::TopicSettings {
+                kind: pb::TopicKind::List.into(),
+                list_key: "queue:jobs".into(),
+                ..Default::default()
+            }),
+        })
+        .await;
+    assert_status(list, Code::FailedPrecondition, "settings.kind");
     // The keys of every script map to one slot: the scripts ran on a
     // cluster without CROSSSLOT errors, and the server logged none.
     assert!(!server.log().contains("CROSSSLOT"), "{}", server.log());
@@ -218,11 +233,12 @@ async fn kill_9_of_a_master_with_replicated_durability_loses_nothing_acknowledge
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_shard_that_is_down_fails_its_topics_only() {
+async fn a_shard_that_is_down_fails_its_topics_only_and_lists_still_list() {
     let mut cluster = RedisCluster::start();
     let server = TestServer::start(&cluster.url(), &[]).await;
     server.wait_serving().await;
     let mut client = server.client().await;
+    let mut admin = server.admin().await;
     let registry = cluster.master_of("redq:topics");
     let topics = topic_per_master(&cluster);
     let (down, up): (Vec<String>, Vec<String>) = {
@@ -238,15 +254,41 @@ async fn a_shard_that_is_down_fails_its_topics_only() {
         }
         (down, up)
     };
+    let dead = &down[0];
+    let five_minutes = pb_duration(Duration::from_secs(300));
     for topic in down.iter().chain(&up) {
         publish(&mut client, topic, ["before"]).await;
+        let settings = pb::TopicSettings {
+            dedupe_window: Some(five_minutes),
+            ..Default::default()
+        };
+        admin
+            .update_topic(pb::UpdateTopicRequest {
+                name: topic.clone(),
+                settings: Some(settings),
+            })
+            .await
+            .unwrap_or_else(|s| panic!("update {topic}: {s:?}"));
     }
+    // Handles on the dead shard's topic, taken while it is up: an ack id
+    // and a scheduled message's id.
+    let mut stream = subscribe(&mut client, dead, "sub", Sub::default()).await;
+    let ack_id = ack_ids_of(&expect_messages(&mut stream, 1).await)[0].clone();
+    drop(stream);
+    let scheduled_id = schedule(&mut client, dead, message("later"), Due::in_ms(3_600_000))
+        .await
+        .message_id;
+    for topic in &up {
+        let mut stream = subscribe(&mut client, topic, "sub", Sub::default()).await;
+        expect_messages(&mut stream, 1).await;
+    }
+
     // The whole shard goes: its master and its replica.
-    let master = cluster.master_of(&format!("redq:{{{}}}:stream", down[0]));
+    let master = cluster.master_of(&format!("redq:{{{dead}}}:stream"));
     let replica = cluster.replicas_of(master)[0];
     cluster.kill9(cluster.index_of(replica));
     cluster.kill9(cluster.index_of(master));
-    let answer = try_publish_messages(&mut client, &down[0], vec![message("lost shard")]).await;
+    let answer = try_publish_messages(&mut client, dead, vec![message("lost shard")]).await;
     assert_eq!(answer.unwrap_err().code(), Code::Unavailable);
     for topic in &up {
         try_publish_messages(&mut client, topic, vec![message("still served")])
@@ -258,6 +300,300 @@ async fn a_shard_that_is_down_fails_its_topics_only() {
         tonic_health::pb::health_check_response::ServingStatus::Serving,
         "the registry's shard is up: the server keeps serving"
     );
+
+    // ListTopics lists every topic: the live ones with their settings and
+    // subscriptions, the dead shard's by name, marked unavailable.
+    let listed = admin
+        .list_topics(pb::ListTopicsRequest::default())
+        .await
+        .expect("ListTopics with one shard down")
+        .into_inner()
+        .topics;
+    let mut names: Vec<&str> = listed.iter().map(|t| t.name.as_str()).collect();
+    names.sort_unstable();
+    let mut all: Vec<&str> = down.iter().chain(&up).map(String::as_str).collect();
+    all.sort_unstable();
+    assert_eq!(names, all);
+    for topic in &listed {
+        if topic.name == *dead {
+            assert!(topic.unavailable, "{topic:?}");
+            assert!(topic.subscriptions.is_empty(), "{topic:?}");
+        } else {
+            assert!(!topic.unavailable, "{topic:?}");
+            let settings = topic.settings.clone().expect("settings of a live topic");
+            assert_eq!(settings.dedupe_window, Some(five_minutes), "{topic:?}");
+            assert_eq!(topic.subscriptions, ["sub"], "{topic:?}");
+        }
+    }
+
+    // The CLI says so; `stats` of a live topic works, of the dead one is
+    // UNAVAILABLE on one line.
+    let table = redq(&server, &["topics"], None).await.ok_lines();
+    let row = |name: &str| {
+        let row = table.iter().find(|l| l.starts_with(&format!("{name} ")));
+        row.unwrap_or_else(|| panic!("no row for {name}: {table:?}"))
+            .split_whitespace()
+            .nth(2) // TOPIC KIND SUBSCRIPTIONS …
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert_eq!(row(dead), "unavailable", "{table:?}");
+    for topic in &up {
+        assert_eq!(row(topic), "1", "{table:?}");
+    }
+    assert!(
+        table
+            .iter()
+            .any(|l| l.starts_with("1 topic(s) unavailable")),
+        "{table:?}"
+    );
+    let stats = redq(&server, &["stats", &up[0]], None).await.ok_lines();
+    assert!(stats.iter().any(|l| l.starts_with("sub ")), "{stats:?}");
+    let refused = redq(&server, &["stats", dead], None).await;
+    let line = refused.one_line_error("");
+    assert!(line.contains("unavailable"), "{line}");
+
+    // No RPC answers INTERNAL, on the dead shard's topic or a live one.
+    for (topic, ack_id, scheduled_id) in [
+        (dead.as_str(), ack_id.as_str(), scheduled_id.as_str()),
+        (up[0].as_str(), "1-0/1/c/0", "s0"),
+    ] {
+        let codes = codes_of_every_rpc(&server, topic, ack_id, scheduled_id).await;
+        let internal: Vec<_> = codes.iter().filter(|(_, c)| *c == Code::Internal).collect();
+        assert!(internal.is_empty(), "{topic}: {codes:?}\n{}", server.log());
+        if topic == dead {
+            for (rpc, code) in &codes {
+                let expected = match *rpc {
+                    // Answered by the registry, which is up.
+                    "CreateTopic" => Code::AlreadyExists,
+                    "ListTopics" => Code::Ok,
+                    _ => Code::Unavailable,
+                };
+                assert_eq!(*code, expected, "{rpc} on {topic}: {codes:?}");
+            }
+        }
+    }
+
+    // The registry's own shard down: listing fails as a whole, UNAVAILABLE.
+    let replica = cluster.replicas_of(registry)[0];
+    cluster.kill9(cluster.index_of(replica));
+    cluster.kill9(cluster.index_of(registry));
+    let answer = admin.list_topics(pb::ListTopicsRequest::default()).await;
+    assert_eq!(answer.unwrap_err().code(), Code::Unavailable);
+}
+
+/// Each RPC of both services, called once with valid input on `topic` (and
+/// its subscription `sub`), and the code it answered (`Ok` for a stream that
+/// opened and stayed quiet).
+async fn codes_of_every_rpc(
+    server: &TestServer,
+    topic: &str,
+    ack_id: &str,
+    scheduled_id: &str,
+) -> Vec<(&'static str, Code)> {
+    fn code<T>(answer: Result<tonic::Response<T>, tonic::Status>) -> Code {
+        answer.map_or_else(|s| s.code(), |_| Code::Ok)
+    }
+    /// The code of a response stream's first item (Ok when none came soon).
+    async fn first_code<T>(
+        answer: Result<tonic::Response<tonic::Streaming<T>>, tonic::Status>,
+    ) -> Code {
+        match answer {
+            Err(status) => status.code(),
+            Ok(response) => {
+                let mut stream = response.into_inner();
+                match tokio::time::timeout(Duration::from_secs(5), stream.message()).await {
+                    Ok(Err(status)) => status.code(),
+                    Ok(Ok(_)) | Err(_) => Code::Ok,
+                }
+            }
+        }
+    }
+    let mut client = server.client().await;
+    let mut admin = server.admin().await;
+    let (t, s) = (topic.to_owned(), "sub".to_owned());
+    let ids = vec![ack_id.to_owned()];
+    let mut codes = Vec::new();
+    let answer = client
+        .publish(pb::PublishRequest {
+            topic: t.clone(),
+            messages: vec![message("x")],
+            ..Default::default()
+        })
+        .await;
+    codes.push(("Publish", code(answer)));
+    let answer = client
+        .schedule_delayed(pb::ScheduleDelayedRequest {
+            topic: t.clone(),
+            message: Some(message("x")),
+            delay: Some(pb_duration(Duration::from_secs(3600))),
+            ..Default::default()
+        })
+        .await;
+    codes.push(("ScheduleDelayed", code(answer)));
+    let answer = client
+        .reschedule_delayed(pb::RescheduleDelayedRequest {
+            topic: t.clone(),
+            message_id: scheduled_id.to_owned(),
+            delay: Some(pb_duration(Duration::from_secs(7200))),
+            ..Default::default()
+        })
+        .await;
+    codes.push(("RescheduleDelayed", code(answer)));
+    let answer = client
+        .cancel_scheduled(pb::CancelScheduledRequest {
+            topic: t.clone(),
+            message_id: scheduled_id.to_owned(),
+        })
+        .await;
+    codes.push(("CancelScheduled", code(answer)));
+    let answer = client.subscribe(Sub::default().request(topic, "sub")).await;
+    codes.push(("Subscribe", first_code(answer).await));
+    let first = pb::StreamingSubscribeRequest {
+        subscribe: Some(Sub::default().request(topic, "sub")),
+        ..Default::default()
+    };
+    let requests = futures::stream::iter([first]).chain(futures::stream::pending());
+    let answer = client.streaming_subscribe(requests).await;
+    codes.push(("StreamingSubscribe", first_code(answer).await));
+    let request = pb::PublishStreamRequest {
+        request_id: 1,
+        topic: t.clone(),
+        messages: vec![message("x")],
+        ..Default::default()
+    };
+    let requests = futures::stream::iter([request]).chain(futures::stream::pending());
+    let publish_stream = match client.publish_stream(requests).await {
+        Err(status) => status.code(),
+        Ok(response) => match response.into_inner().message().await {
+            Err(status) => status.code(),
+            Ok(Some(pb::PublishStreamResponse {
+                status: Some(status),
+                ..
+            })) => Code::from(status.code),
+            Ok(_) => Code::Ok,
+        },
+    };
+    codes.push(("PublishStream", publish_stream));
+    let answer = client
+        .ack(pb::AckRequest {
+            topic: t.clone(),
+            subscription: s.clone(),
+            ack_ids: ids.clone(),
+        })
+        .await;
+    codes.push(("Ack", code(answer)));
+    let answer = client
+        .modify_ack_deadline(pb::ModifyAckDeadlineRequest {
+            topic: t.clone(),
+            subscription: s.clone(),
+            ack_ids: ids.clone(),
+            ack_deadline: Some(pb_duration(Duration::from_secs(60))),
+        })
+        .await;
+    codes.push(("ModifyAckDeadline", code(answer)));
+    let answer = client
+        .nack(pb::NackRequest {
+            topic: t.clone(),
+            subscription: s.clone(),
+            ack_ids: ids.clone(),
+            ..Default::default()
+        })
+        .await;
+    codes.push(("Nack", code(answer)));
+    let answer = admin
+        .create_topic(pb::CreateTopicRequest {
+            name: t.clone(),
+            settings: None,
+        })
+        .await;
+    codes.push(("CreateTopic", code(answer)));
+    let answer = admin
+        .get_topic(pb::GetTopicRequest { name: t.clone() })
+        .await;
+    codes.push(("GetTopic", code(answer)));
+    let answer = admin.list_topics(pb::ListTopicsRequest::default()).await;
+    codes.push(("ListTopics", code(answer)));
+    let answer = admin
+        .update_topic(pb::UpdateTopicRequest {
+            name: t.clone(),
+            settings: Some(pb::TopicSettings::default()),
+        })
+        .await;
+    codes.push(("UpdateTopic", code(answer)));
+    let answer = admin
+        .create_subscription(pb::CreateSubscriptionRequest {
+            topic: t.clone(),
+            name: "another".into(),
+            settings: None,
+        })
+        .await;
+    codes.push(("CreateSubscription", code(answer)));
+    let answer = admin
+        .get_subscription(pb::GetSubscriptionRequest {
+            topic: t.clone(),
+            name: s.clone(),
+        })
+        .await;
+    codes.push(("GetSubscription", code(answer)));
+    let answer = admin
+        .list_subscriptions(pb::ListSubscriptionsRequest { topic: t.clone() })
+        .await;
+    codes.push(("ListSubscriptions", code(answer)));
+    let answer = admin
+        .update_subscription(pb::UpdateSubscriptionRequest {
+            topic: t.clone(),
+            name: s.clone(),
+            settings: Some(pb::SubscriptionSettings {
+                ack_deadline: Some(pb_duration(Duration::from_secs(45))),
+                ..Default::default()
+            }),
+        })
+        .await;
+    codes.push(("UpdateSubscription", code(answer)));
+    let answer = admin
+        .list_dead_letters(pb::ListDeadLettersRequest {
+            topic: t.clone(),
+            subscription: s.clone(),
+            ..Default::default()
+        })
+        .await;
+    codes.push(("ListDeadLetters", code(answer)));
+    let answer = admin
+        .redrive_dead_letters(pb::RedriveDeadLettersRequest {
+            topic: t.clone(),
+            subscription: s.clone(),
+            ..Default::default()
+        })
+        .await;
+    codes.push(("RedriveDeadLetters", code(answer)));
+    let answer = admin
+        .purge_dead_letters(pb::PurgeDeadLettersRequest {
+            topic: t.clone(),
+            subscription: s.clone(),
+            ..Default::default()
+        })
+        .await;
+    codes.push(("PurgeDeadLetters", code(answer)));
+    let answer = admin
+        .seek(pb::SeekRequest {
+            topic: t.clone(),
+            subscription: s.clone(),
+            time: Some(pb_timestamp(std::time::SystemTime::now())),
+            ..Default::default()
+        })
+        .await;
+    codes.push(("Seek", code(answer)));
+    let answer = admin
+        .delete_subscription(pb::DeleteSubscriptionRequest {
+            topic: t.clone(),
+            name: s.clone(),
+        })
+        .await;
+    codes.push(("DeleteSubscription", code(answer)));
+    let answer = admin.delete_topic(pb::DeleteTopicRequest { name: t }).await;
+    codes.push(("DeleteTopic", code(answer)));
+    codes
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

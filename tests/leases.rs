@@ -332,9 +332,10 @@ async fn full_stream_gets_its_own_expired_leases_back() {
 /// reaches Redis.
 #[tokio::test]
 async fn a_batch_timer_named_finished_too_early_stays_until_its_last_entry_is_acked() {
-    use redq::store::leases::{AckRequest, ConsumerSpec, Lease};
-    use redq::store::stream::{GroupStart, NewMessage, PublishBatch};
-    use redq::store::topics::SubscriptionSettings;
+    use redq::model::{
+        GroupStart, Lease, NewMessage, PublishBatch, RetryPolicy, SubscriptionSettings,
+    };
+    use redq::store::leases::{AckRequest, ConsumerSpec};
     use redq::store::{Store, TopicKeys, connection::RedisAccess};
 
     let redis = RedisServer::start();
@@ -347,7 +348,7 @@ async fn a_batch_timer_named_finished_too_early_stays_until_its_last_entry_is_ac
     let keys = TopicKeys::new(TOPIC);
     let settings = SubscriptionSettings {
         ack_deadline: None,
-        retry: redq::store::leases::RetryPolicy {
+        retry: RetryPolicy {
             minimum_backoff: Duration::from_millis(10),
             maximum_backoff: Duration::from_millis(10),
             max_delivery_attempts: 0,

@@ -116,6 +116,8 @@ async fn a_known_workload_shows_in_counters_gauges_and_histograms() {
 
     assert_eq!(m.value("redq_topic_stream_length", &topic), 13.0);
     assert_eq!(m.value("redq_topic_scheduled", &topic), 3.0);
+    let kind = [topic[0], ("kind", "STREAM")];
+    assert_eq!(m.value("redq_topic_kind", &kind), 1.0);
     // Each message of billing is acked, dead-lettered or still pending.
     let pending = m.value("redq_subscription_pending", &billing);
     assert_eq!(pending, 4.0);

@@ -8,7 +8,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::cluster::free_port;
+use common::ports::start_on_free_ports;
 use common::security::Pki;
 use common::*;
 use redq::pb;
@@ -84,6 +84,42 @@ async fn smoke(server: &TestServer) {
         })
         .await
         .unwrap();
+    // EPHEMERAL: a topic stream and a pattern stream, a message due now and
+    // one published when due.
+    admin
+        .create_topic(pb::CreateTopicRequest {
+            name: "smoke.live".into(),
+            settings: Some(pb::TopicSettings {
+                kind: pb::TopicKind::Ephemeral.into(),
+                ..Default::default()
+            }),
+        })
+        .await
+        .unwrap();
+    let mut live = subscribe(&mut client, "smoke.live", "screen", Sub::default()).await;
+    let mut by_pattern = client
+        .subscribe(pb::SubscribeRequest {
+            pattern: "smoke.*".into(),
+            ..Sub::default().request("", "screen")
+        })
+        .await
+        .unwrap_or_else(|s| panic!("pattern stream: {s:?}\n{}", server.log()))
+        .into_inner();
+    publish_messages(
+        &mut client,
+        "smoke.live",
+        vec![
+            message("now"),
+            scheduled_message("soon", Due::After(Duration::from_millis(200))),
+        ],
+    )
+    .await;
+    for stream in [&mut live, &mut by_pattern] {
+        assert_eq!(
+            payloads_of(&expect_messages(stream, 2).await),
+            ["now", "soon"]
+        );
+    }
     let (_, metrics) = http_get_with_body(server.metrics_addr, "/metrics").await;
     assert!(metrics.contains("redq_messages_acked"), "{metrics}");
     admin
@@ -94,26 +130,78 @@ async fn smoke(server: &TestServer) {
         .unwrap_or_else(|s| panic!("DeleteTopic: {s:?}\n{}", server.log()));
 }
 
+/// What a LIST topic adds: its list pushed to and taken from, a blocking
+/// move on an idle list, held elements given back when it is deleted.
+async fn list_smoke(server: &TestServer, redis: &RedisServer) {
+    let mut client = server.client().await;
+    let mut admin = server.admin().await;
+    admin
+        .create_topic(pb::CreateTopicRequest {
+            name: "jobs".into(),
+            settings: Some(pb::TopicSettings {
+                kind: pb::TopicKind::List.into(),
+                list_key: "legacy:jobs".into(),
+                ..Default::default()
+            }),
+        })
+        .await
+        .unwrap_or_else(|s| panic!("CreateTopic LIST: {s:?}\n{}", server.log()));
+    let mut stream = subscribe(&mut client, "jobs", "s", Sub::default()).await;
+    redis.cli(&["LPUSH", "legacy:jobs", "from-legacy"]);
+    publish(&mut client, "jobs", ["from-redq"]).await;
+    let got = expect_messages(&mut stream, 2).await;
+    ack(&mut client, "jobs", "s", ack_ids_of(&got[..1]))
+        .await
+        .unwrap();
+    admin
+        .get_subscription(pb::GetSubscriptionRequest {
+            topic: "jobs".into(),
+            name: "s".into(),
+        })
+        .await
+        .unwrap();
+    admin
+        .delete_topic(pb::DeleteTopicRequest {
+            name: "jobs".into(),
+        })
+        .await
+        .unwrap_or_else(|s| panic!("DeleteTopic LIST: {s:?}\n{}", server.log()));
+    // The unacked one is back (the stream, left open, may move it once
+    // more before it ends: then its end puts it back).
+    let deadline = std::time::Instant::now() + EVENTUALLY;
+    while redis.cli(&["LLEN", "legacy:jobs"]).trim() != "1" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "held element not given back"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(stream);
+}
+
 #[tokio::test]
 async fn rediss_with_a_private_ca_and_a_client_certificate() {
     let dir = tempfile::tempdir().unwrap();
     let pki = Pki::new(dir.path(), "redis");
     let redis_pair = pki.server("redis");
     let client = pki.client("redq");
-    let port = free_port().to_string();
     let ca = pki.ca_path();
-    let redis = RedisServer::start_with(&[
-        "--tls-port",
-        &port,
-        "--tls-cert-file",
-        redis_pair.cert.to_str().unwrap(),
-        "--tls-key-file",
-        redis_pair.key.to_str().unwrap(),
-        "--tls-ca-cert-file",
-        ca.to_str().unwrap(),
-        "--tls-auth-clients",
-        "yes",
-    ]);
+    let (redis, port) = RedisServer::start_with_port(|port| {
+        [
+            "--tls-port",
+            &port.to_string(),
+            "--tls-cert-file",
+            redis_pair.cert.to_str().unwrap(),
+            "--tls-key-file",
+            redis_pair.key.to_str().unwrap(),
+            "--tls-ca-cert-file",
+            ca.to_str().unwrap(),
+            "--tls-auth-clients",
+            "yes",
+        ]
+        .map(str::to_owned)
+        .to_vec()
+    });
     let url = format!("rediss://localhost:{port}");
     let server = TestServer::start(
         &url,
@@ -143,7 +231,6 @@ async fn the_least_privilege_acl_user_runs_everything_and_secrets_stay_secret() 
     const PASSWORD: &str = "s3cret-Redis-pw-4815";
     const TOKEN: &str = "redq_0123456789abcdef-secret-token";
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port().to_string();
     let mut user = vec![
         "--user".to_owned(),
         "redq".into(),
@@ -151,9 +238,13 @@ async fn the_least_privilege_acl_user_runs_everything_and_secrets_stay_secret() 
         format!(">{PASSWORD}"),
     ];
     user.extend(acl_rules());
-    let mut args: Vec<&str> = vec!["--port", &port];
-    args.extend(user.iter().map(String::as_str));
-    let redis = RedisServer::start_with(&args);
+    // A LIST topic's list is a key of the user's, outside `redq:*`.
+    user.push("~legacy:*".into());
+    let (redis, port) = RedisServer::start_with_port(|port| {
+        let mut args = vec!["--port".to_owned(), port.to_string()];
+        args.extend(user.iter().cloned());
+        args
+    });
     let password_file = dir.path().join("redis-password");
     std::fs::write(&password_file, format!("{PASSWORD}\n")).unwrap();
     let server = TestServer::spawn(
@@ -173,6 +264,7 @@ async fn the_least_privilege_acl_user_runs_everything_and_secrets_stay_secret() 
     )
     .await;
     smoke(&server).await;
+    list_smoke(&server, &redis).await;
     tokio::time::sleep(Duration::from_secs(1)).await; // the background loops too
     let acl_log = std::process::Command::new("redis-cli")
         .arg("-s")
@@ -252,39 +344,6 @@ impl TlsCluster {
     fn start(pki: &Pki, dir: &std::path::Path) -> Self {
         let node = pki.server("cluster-node");
         let ca = pki.ca_path();
-        let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-        let mut nodes = Vec::new();
-        for port in &ports {
-            let node_dir = dir.join(format!("node-{port}"));
-            std::fs::create_dir_all(&node_dir).unwrap();
-            let child = std::process::Command::new("redis-server")
-                .args(["--port", "0", "--tls-port", &port.to_string()])
-                .args([
-                    "--tls-cluster",
-                    "yes",
-                    "--tls-replication",
-                    "yes",
-                    "--tls-auth-clients",
-                    "no",
-                ])
-                .arg("--tls-cert-file")
-                .arg(&node.cert)
-                .arg("--tls-key-file")
-                .arg(&node.key)
-                .arg("--tls-ca-cert-file")
-                .arg(&ca)
-                .args(["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"])
-                .args(["--save", "", "--appendonly", "no"])
-                .arg("--dir")
-                .arg(&node_dir)
-                .arg("--logfile")
-                .arg(node_dir.join("redis.log"))
-                .stdout(std::process::Stdio::null())
-                .spawn()
-                .expect("redis-server");
-            nodes.push(child);
-        }
-        let cluster = Self { nodes, ports };
         let cli = |args: &[&str]| {
             std::process::Command::new("redis-cli")
                 .args(["--tls", "--cacert"])
@@ -293,18 +352,60 @@ impl TlsCluster {
                 .output()
                 .unwrap()
         };
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        for port in &cluster.ports {
-            while !String::from_utf8_lossy(&cli(&["-p", &port.to_string(), "PING"]).stdout)
-                .contains("PONG")
-            {
-                assert!(
-                    std::time::Instant::now() < deadline,
-                    "a TLS node did not start"
-                );
-                std::thread::sleep(Duration::from_millis(50));
-            }
+        let mut cluster = Self {
+            nodes: Vec::new(),
+            ports: Vec::new(),
+        };
+        for i in 0..3 {
+            let node_dir = dir.join(format!("node-{i}"));
+            let (ports, child) = start_on_free_ports(2, "a TLS cluster node", |ports| {
+                let _ = std::fs::remove_dir_all(&node_dir);
+                std::fs::create_dir_all(&node_dir).unwrap();
+                let mut child = std::process::Command::new("redis-server")
+                    .args(["--port", "0", "--tls-port", &ports[0].to_string()])
+                    .args(["--cluster-port", &ports[1].to_string()])
+                    .args([
+                        "--tls-cluster",
+                        "yes",
+                        "--tls-replication",
+                        "yes",
+                        "--tls-auth-clients",
+                        "no",
+                    ])
+                    .arg("--tls-cert-file")
+                    .arg(&node.cert)
+                    .arg("--tls-key-file")
+                    .arg(&node.key)
+                    .arg("--tls-ca-cert-file")
+                    .arg(&ca)
+                    .args(["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"])
+                    .args(["--save", "", "--appendonly", "no"])
+                    .arg("--dir")
+                    .arg(&node_dir)
+                    .arg("--logfile")
+                    .arg(node_dir.join("redis.log"))
+                    .stdout(std::process::Stdio::null())
+                    .spawn()
+                    .expect("redis-server");
+                let deadline = std::time::Instant::now() + Duration::from_secs(20);
+                let ping = || cli(&["-p", &ports[0].to_string(), "PING"]).stdout;
+                while !String::from_utf8_lossy(&ping()).contains("PONG") {
+                    if let Ok(Some(status)) = child.try_wait() {
+                        let log = std::fs::read_to_string(node_dir.join("redis.log"));
+                        return Err(format!("exited with {status}: {}", log.unwrap_or_default()));
+                    }
+                    assert!(
+                        std::time::Instant::now() < deadline,
+                        "a TLS node did not start"
+                    );
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Ok(child)
+            });
+            cluster.nodes.push(child);
+            cluster.ports.push(ports[0]);
         }
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
         let addrs: Vec<String> = cluster
             .ports
             .iter()

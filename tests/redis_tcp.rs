@@ -5,14 +5,13 @@
 
 mod common;
 
-use common::cluster::free_port;
 use common::sockets::assert_nagle_is_off;
 use common::*;
 
 #[tokio::test]
 async fn every_connection_to_a_redis_over_tcp_has_nagle_off() {
-    let port = free_port();
-    let redis = RedisServer::start_with(&["--port", &port.to_string()]);
+    let (redis, port) =
+        RedisServer::start_with_port(|port| vec!["--port".into(), port.to_string()]);
     let server = TestServer::start(&format!("redis://127.0.0.1:{port}"), &[]).await;
     server.wait_serving().await;
     // A publish, its delivery and the ack: the workers' connections, the

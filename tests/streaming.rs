@@ -356,6 +356,37 @@ async fn confirmations_say_what_was_applied() {
     assert_eq!(stream.confirmation().await, pb::AckConfirmation::default());
 }
 
+/// An old delivery's ack id and the current one's, of one message, in one
+/// request: the confirmation names the current one applied and the old one
+/// lost, whatever their order.
+#[tokio::test]
+async fn confirmations_tell_an_old_delivery_from_the_current_one() {
+    let (_redis, _server, mut client) = redis_server_and_client().await;
+    let mut stream = SubStream::open(&mut client, "t", "s", Sub::default()).await;
+    publish(&mut client, "t", ["a"]).await;
+    let first = stream.messages(1, EVENTUALLY).await[0].ack_id.clone();
+    stream
+        .send(pb::StreamingSubscribeRequest {
+            nack_ids: vec![first.clone()],
+            nack_delay: Some(pb_duration(Duration::ZERO)),
+            ..Default::default()
+        })
+        .await;
+    let again = stream.messages(1, EVENTUALLY).await;
+    assert_eq!(again[0].delivery_attempt, 2);
+    let current = again[0].ack_id.clone();
+    stream
+        .send(pb::StreamingSubscribeRequest {
+            ack_ids: vec![first.clone(), current.clone()],
+            confirm: true,
+            ..Default::default()
+        })
+        .await;
+    let confirmation = stream.confirmation().await;
+    assert_eq!(confirmation.acked_ids, [current]);
+    assert_eq!(confirmation.lost_ids, [first]);
+}
+
 /// The subscription's lease timers, as Redis holds them.
 fn timers(redis: &RedisServer, topic: &str, subscription: &str) -> Vec<String> {
     let key = format!("redq:{{{topic}}}:sub:{subscription}:timers");

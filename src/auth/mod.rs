@@ -7,7 +7,6 @@
 //! topic exists.
 
 mod file;
-pub mod patterns;
 pub mod tokens;
 
 pub use file::TokensFile;

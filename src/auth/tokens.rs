@@ -1,7 +1,7 @@
 //! The tokens file (`--auth-tokens-file`): who may do what, read into a
 //! table that answers "who is this token" and "may they do this".
 
-use super::patterns::Pattern;
+use crate::model::Pattern;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use std::collections::HashSet;

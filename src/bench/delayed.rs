@@ -6,13 +6,11 @@
 //! set by the server from Redis' clock, which is this machine's clock when
 //! the benchmark runs beside the server).
 
-use super::{Percentiles, ack, fresh_topic, subscribe};
-use crate::cli::ClientChannel;
+use super::{Client, Percentiles, ack, fresh_topic, publish, subscribe};
 use crate::cli::progress_bar;
 use crate::config::BenchArgs;
+use crate::error::BoxError;
 use crate::pb;
-use crate::pb::queue_service_client::QueueServiceClient;
-use crate::server::BoxError;
 use bytes::Bytes;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::mpsc;
@@ -33,10 +31,7 @@ pub struct Lateness {
     pub last_after_last_due_ms: f64,
 }
 
-pub async fn run(
-    client: QueueServiceClient<ClientChannel>,
-    args: &BenchArgs,
-) -> Result<Vec<Lateness>, BoxError> {
+pub async fn run(client: Client, args: &BenchArgs) -> Result<Vec<Lateness>, BoxError> {
     println!(
         "redq bench delayed: {} messages of {} B, server {}",
         args.count, args.payload_size, args.server
@@ -84,7 +79,7 @@ struct Outcome {
 /// Schedules `args.count` messages due from `lead` ahead over `spread` (all at
 /// once when zero), and waits for every one.
 async fn workload(
-    client: &QueueServiceClient<ClientChannel>,
+    client: &Client,
     args: &BenchArgs,
     spread: Duration,
 ) -> Result<Outcome, BoxError> {
@@ -110,14 +105,7 @@ async fn workload(
                 ..Default::default()
             })
             .collect();
-        client
-            .clone()
-            .publish(pb::PublishRequest {
-                topic: topic.clone(),
-                messages,
-                dedupe_id: String::new(),
-            })
-            .await?;
+        publish(client, &topic, messages).await?;
     }
     let scheduled_in = scheduling.elapsed();
     if scheduled_in >= lead {
@@ -163,11 +151,11 @@ async fn workload(
 
 /// Opens one Subscribe stream; reports (arrival µs, due µs) of each message and acks it.
 async fn spawn_subscriber(
-    client: QueueServiceClient<ClientChannel>,
+    client: Client,
     topic: String,
     arrivals: mpsc::UnboundedSender<(u64, u64)>,
 ) -> Result<(), BoxError> {
-    let mut stream = subscribe(&client, &topic, 5000).await?;
+    let mut stream = subscribe(&client, &topic, 5000, false).await?;
     tokio::spawn(async move {
         while let Ok(Some(response)) = stream.message().await {
             let arrived = now_us();

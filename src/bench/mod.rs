@@ -2,6 +2,8 @@
 //! what they measured. Benchmarks, not tests: they assert nothing.
 
 mod delayed;
+mod ephemeral;
+mod list;
 mod ordered;
 mod streams;
 mod throughput;
@@ -9,12 +11,17 @@ mod throughput;
 use crate::cli;
 use crate::cli::ClientChannel;
 use crate::config::{BenchArgs, BenchScenario};
+use crate::error::BoxError;
 use crate::pb;
 use crate::pb::queue_service_client::QueueServiceClient;
-use crate::server::BoxError;
 use bytes::Bytes;
 use std::time::{Duration, Instant};
 use throughput::Row;
+
+type Client = QueueServiceClient<ClientChannel>;
+
+/// The subscription every workload reads through.
+const SUBSCRIPTION: &str = "bench";
 
 pub async fn run(mut args: BenchArgs) -> Result<(), BoxError> {
     if args.quick {
@@ -23,14 +30,17 @@ pub async fn run(mut args: BenchArgs) -> Result<(), BoxError> {
     }
     let client = cli::queue_client(cli::connect(&args.server, &args.tls).await?);
     // Any topology; the URL is not printed in errors (it may hold a password).
-    let conn = crate::store::connection::connect(&args.redis_url)
+    let conn = crate::store::connection::connect(args.redis.redis_url.expose())
         .await
         .map_err(|e| format!("cannot reach Redis (--redis-url): {e}"))?;
     let scenario = args.scenario;
     let wants = |s: BenchScenario| scenario == s || scenario == BenchScenario::All;
     println!(
         "redq bench: {} messages of {} B per workload, server {}, redis {}",
-        args.count, args.payload_size, args.server, args.redis_url
+        args.count,
+        args.payload_size,
+        args.server,
+        args.redis.redis_url.expose()
     );
     let mut rows: Vec<(Row, Option<Row>)> = Vec::new();
     if wants(BenchScenario::PublishBatch) {
@@ -50,6 +60,10 @@ pub async fn run(mut args: BenchArgs) -> Result<(), BoxError> {
     if wants(BenchScenario::E2e) {
         let redq = throughput::end_to_end(&client, &args).await?;
         rows.push((redq, Some(throughput::raw_round_trip(&conn, &args).await?)));
+    }
+    if wants(BenchScenario::List) {
+        let (redq, raw) = list::run(&client, &conn, &args).await?;
+        rows.push((redq, Some(raw)));
     }
     if wants(BenchScenario::Memory) {
         let mut memory = throughput::memory(&client, &conn, &args).await?;
@@ -73,6 +87,13 @@ pub async fn run(mut args: BenchArgs) -> Result<(), BoxError> {
     } else {
         None
     };
+    let fan_out = if wants(BenchScenario::Ephemeral) {
+        let rows = ephemeral::run(&args).await?;
+        ephemeral::print(&rows);
+        Some(rows)
+    } else {
+        None
+    };
     let lateness = if wants(BenchScenario::Delayed) {
         Some(delayed::run(client, &args).await?)
     } else {
@@ -88,6 +109,9 @@ pub async fn run(mut args: BenchArgs) -> Result<(), BoxError> {
         }
         if let Some((rows, memory)) = &ordering {
             json.push(serde_json::json!({ "ordered": rows, "ordering_memory": memory }));
+        }
+        if let Some(rows) = &fan_out {
+            json.push(serde_json::json!({ "ephemeral": rows }));
         }
         if let Some(lateness) = &lateness {
             json.push(serde_json::json!({ "delayed": lateness }));
@@ -150,40 +174,56 @@ fn print_table(rows: &[(Row, Option<Row>)]) {
     }
 }
 
-/// Opens a Subscribe stream of the subscription `bench` with a 60 s ack
-/// deadline; `max_outstanding` 0 takes the server's default.
+/// Opens a Subscribe stream of [`SUBSCRIPTION`] with a 60 s ack deadline;
+/// `max_outstanding` 0 takes the server's default; `ordered` creates the
+/// subscription ordered per ordering key.
 async fn subscribe(
-    client: &QueueServiceClient<ClientChannel>,
+    client: &Client,
     topic: &str,
     max_outstanding: u32,
+    ordered: bool,
 ) -> Result<tonic::Streaming<pb::SubscribeResponse>, BoxError> {
     Ok(client
         .clone()
         .subscribe(pb::SubscribeRequest {
             topic: topic.to_owned(),
-            subscription: "bench".into(),
+            subscription: SUBSCRIPTION.into(),
             max_outstanding_messages: max_outstanding,
             ack_deadline: Some(prost_types::Duration {
                 seconds: 60,
                 nanos: 0,
             }),
+            enable_message_ordering: ordered,
             ..Default::default()
         })
         .await?
         .into_inner())
 }
 
-/// Acknowledges deliveries of the subscription `bench`.
-async fn ack(
-    mut client: QueueServiceClient<ClientChannel>,
-    topic: &str,
-    ack_ids: Vec<String>,
-) -> Result<(), tonic::Status> {
+/// Acknowledges deliveries of [`SUBSCRIPTION`].
+async fn ack(mut client: Client, topic: &str, ack_ids: Vec<String>) -> Result<(), tonic::Status> {
     client
         .ack(pb::AckRequest {
             topic: topic.to_owned(),
-            subscription: "bench".into(),
+            subscription: SUBSCRIPTION.into(),
             ack_ids,
+        })
+        .await?;
+    Ok(())
+}
+
+/// One Publish call of `messages` to `topic`.
+async fn publish(
+    client: &Client,
+    topic: &str,
+    messages: Vec<pb::PublishMessage>,
+) -> Result<(), tonic::Status> {
+    client
+        .clone()
+        .publish(pb::PublishRequest {
+            topic: topic.to_owned(),
+            messages,
+            dedupe_id: String::new(),
         })
         .await?;
     Ok(())
@@ -208,7 +248,7 @@ fn since_stamp(epoch: Instant, payload: &[u8]) -> Option<Duration> {
 /// Publishes `count` stamped messages to `topic`, one per call, `per_second`
 /// of them a second.
 fn publish_steadily(
-    mut client: QueueServiceClient<ClientChannel>,
+    mut client: Client,
     topic: String,
     per_second: u64,
     count: usize,

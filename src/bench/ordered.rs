@@ -3,21 +3,16 @@
 //! subscription on the same workload; and the Redis memory the ordering
 //! state takes per active key and per blocked entry (`MEMORY USAGE`).
 
-use super::fresh_topic;
 use super::throughput::{CONSUMERS, Row, drain};
-use crate::cli::ClientChannel;
+use super::{Client, SUBSCRIPTION, fresh_topic, publish, subscribe};
 use crate::config::BenchArgs;
+use crate::error::BoxError;
 use crate::pb;
-use crate::pb::queue_service_client::QueueServiceClient;
-use crate::server::BoxError;
 use crate::store::TopicKeys;
 use crate::store::connection::Connection;
 use bytes::Bytes;
 use std::time::{Duration, Instant};
 
-type Client = QueueServiceClient<ClientChannel>;
-
-const SUBSCRIPTION: &str = "bench";
 /// Deliveries a stream may hold.
 const MAX_OUTSTANDING: u32 = 2000;
 
@@ -67,29 +62,6 @@ pub fn print(rows: &[Row], memory: &OrderingMemory) {
     );
 }
 
-/// Opens a stream of the bench subscription, ordered or not.
-async fn subscribe(
-    client: &Client,
-    topic: &str,
-    ordered: bool,
-) -> Result<tonic::Streaming<pb::SubscribeResponse>, BoxError> {
-    Ok(client
-        .clone()
-        .subscribe(pb::SubscribeRequest {
-            topic: topic.to_owned(),
-            subscription: SUBSCRIPTION.into(),
-            max_outstanding_messages: MAX_OUTSTANDING,
-            ack_deadline: Some(prost_types::Duration {
-                seconds: 60,
-                nanos: 0,
-            }),
-            enable_message_ordering: ordered,
-            ..Default::default()
-        })
-        .await?
-        .into_inner())
-}
-
 /// Publishes `count` messages whose ordering keys go round `keys` keys.
 async fn publish_keyed(
     client: &Client,
@@ -108,14 +80,7 @@ async fn publish_keyed(
                 ..Default::default()
             })
             .collect();
-        client
-            .clone()
-            .publish(pb::PublishRequest {
-                topic: topic.to_owned(),
-                messages,
-                dedupe_id: String::new(),
-            })
-            .await?;
+        publish(client, topic, messages).await?;
         sent += n;
     }
     Ok(())
@@ -131,11 +96,11 @@ async fn consume(
 ) -> Result<Row, BoxError> {
     let topic = fresh_topic("ordered");
     // The subscription exists before the backlog, so it reads all of it.
-    drop(subscribe(client, &topic, ordered).await?);
+    drop(subscribe(client, &topic, MAX_OUTSTANDING, ordered).await?);
     publish_keyed(client, &topic, args, keys).await?;
     let mut streams = Vec::new();
     for _ in 0..CONSUMERS {
-        streams.push(subscribe(client, &topic, ordered).await?);
+        streams.push(subscribe(client, &topic, MAX_OUTSTANDING, ordered).await?);
     }
     let what = if ordered {
         format!("redq consume + ack, ordered, {keys} keys")
@@ -157,7 +122,7 @@ async fn memory(
 ) -> Result<OrderingMemory, BoxError> {
     let topic = fresh_topic("ordered-memory");
     let topic_keys = TopicKeys::new(&topic);
-    let stream = subscribe(client, &topic, true).await?;
+    let stream = subscribe(client, &topic, MAX_OUTSTANDING, true).await?;
     publish_keyed(client, &topic, args, keys).await?;
     let mut conn = conn.clone();
     let want = args.count.saturating_sub(keys) as u64;

@@ -3,13 +3,11 @@
 //! publish load: the Redis connections they cost, the server's memory, and
 //! delivery latency beside the same load delivered to one stream per topic.
 
-use super::{Percentiles, ack, fresh_topic, publish_steadily, since_stamp, subscribe};
-use crate::cli::ClientChannel;
+use super::{Client, Percentiles, ack, fresh_topic, publish_steadily, since_stamp, subscribe};
 use crate::cli::{self, progress_bar};
 use crate::config::BenchArgs;
+use crate::error::BoxError;
 use crate::pb;
-use crate::pb::queue_service_client::QueueServiceClient;
-use crate::server::BoxError;
 use crate::store::connection::Connection;
 use bytes::Bytes;
 use http_body_util::BodyExt;
@@ -17,8 +15,6 @@ use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::rt::TokioExecutor;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
-
-type Client = QueueServiceClient<ClientChannel>;
 
 /// Messages per second over all topics, spread evenly.
 const RATE: u64 = 2000;
@@ -82,7 +78,7 @@ async fn load(
         // connection (often at 100 to 200), and real subscribers are many processes.
         let client = cli::queue_client(cli::connect(&args.server, &args.tls).await?);
         for _ in 0..per_topic {
-            let stream = subscribe(&client, &topic, 0).await?;
+            let stream = subscribe(&client, &topic, 0, false).await?;
             receivers.push(tokio::spawn(receive(
                 stream,
                 client.clone(),

@@ -3,18 +3,16 @@
 //! on raw Redis where one exists, measured in the same run so that the ratio
 //! compares across noisy machines.
 
-use super::{Percentiles, ack, fresh_topic, publish_steadily, since_stamp, subscribe};
-use crate::cli::ClientChannel;
+use super::{
+    Client, Percentiles, ack, fresh_topic, publish, publish_steadily, since_stamp, subscribe,
+};
 use crate::cli::progress_bar;
 use crate::config::BenchArgs;
+use crate::error::BoxError;
 use crate::pb;
-use crate::pb::queue_service_client::QueueServiceClient;
-use crate::server::BoxError;
 use crate::store::connection::{self, Connection};
 use bytes::Bytes;
 use std::time::{Duration, Instant};
-
-type Client = QueueServiceClient<ClientChannel>;
 
 /// Messages per Publish call in publish-batch, and XADDs per pipeline in its baseline.
 const BATCH: usize = 1000;
@@ -78,14 +76,7 @@ pub async fn publish_batch(client: &Client, args: &BenchArgs) -> Result<Row, Box
     for start in (0..args.count).step_by(BATCH) {
         let n = BATCH.min(args.count - start);
         let call = Instant::now();
-        client
-            .clone()
-            .publish(pb::PublishRequest {
-                topic: topic.clone(),
-                messages: messages(&payload, n),
-                dedupe_id: String::new(),
-            })
-            .await?;
+        publish(client, &topic, messages(&payload, n)).await?;
         latencies.push(call.elapsed());
         bar.inc(n as u64);
     }
@@ -184,7 +175,7 @@ pub async fn raw_publish_unary(args: &BenchArgs) -> Result<Row, BoxError> {
     let payload = payload(args);
     let mut conns = Vec::new();
     for _ in 0..IN_FLIGHT {
-        conns.push(connection::connect(&args.redis_url).await?);
+        conns.push(connection::connect(args.redis.redis_url.expose()).await?);
     }
     let started = Instant::now();
     let tasks: Vec<_> = conns
@@ -220,7 +211,7 @@ pub async fn raw_publish_unary(args: &BenchArgs) -> Result<Row, BoxError> {
         started.elapsed(),
         &mut latencies,
     );
-    let mut conn = connection::connect(&args.redis_url).await?;
+    let mut conn = connection::connect(args.redis.redis_url.expose()).await?;
     let _: () = redis::cmd("DEL").arg(&key).query_async(&mut conn).await?;
     Ok(row)
 }
@@ -231,20 +222,18 @@ pub async fn consume(client: &Client, args: &BenchArgs) -> Result<Row, BoxError>
     let topic = fresh_topic("consume");
     let payload = payload(args);
     // The subscription exists before the backlog, so it reads all of it.
-    let first = subscribe(client, &topic, 2000).await?;
+    let first = subscribe(client, &topic, 2000, false).await?;
     for start in (0..args.count).step_by(BATCH) {
-        client
-            .clone()
-            .publish(pb::PublishRequest {
-                topic: topic.clone(),
-                messages: messages(&payload, BATCH.min(args.count - start)),
-                dedupe_id: String::new(),
-            })
-            .await?;
+        publish(
+            client,
+            &topic,
+            messages(&payload, BATCH.min(args.count - start)),
+        )
+        .await?;
     }
     let mut streams = vec![first];
     for _ in 1..CONSUMERS {
-        streams.push(subscribe(client, &topic, 2000).await?);
+        streams.push(subscribe(client, &topic, 2000, false).await?);
     }
     let started = Instant::now();
     drain(client, &topic, streams, args, "consume").await?;
@@ -305,7 +294,7 @@ pub async fn end_to_end(client: &Client, args: &BenchArgs) -> Result<Row, BoxErr
     const RATE: u64 = 2000;
     let topic = fresh_topic("e2e");
     let n = args.count.min(RATE as usize * 10);
-    let mut stream = subscribe(client, &topic, 2000).await?;
+    let mut stream = subscribe(client, &topic, 2000, false).await?;
     let epoch = Instant::now();
     let publisher = publish_steadily(
         client.clone(),
@@ -396,7 +385,7 @@ pub async fn memory(
         ("redq scheduled message", Some(Duration::from_secs(3600))),
     ] {
         let topic = fresh_topic("memory");
-        let _stream = subscribe(client, &topic, 2000).await?; // a subscription that reads nothing yet
+        let _stream = subscribe(client, &topic, 2000, false).await?; // a subscription that reads nothing yet
         drop(_stream);
         let before = used(conn.clone()).await?;
         for start in (0..args.count).step_by(BATCH) {
@@ -407,14 +396,7 @@ pub async fn memory(
                     nanos: 0,
                 });
             }
-            client
-                .clone()
-                .publish(pb::PublishRequest {
-                    topic: topic.clone(),
-                    messages: batch,
-                    dedupe_id: String::new(),
-                })
-                .await?;
+            publish(client, &topic, batch).await?;
         }
         let after = used(conn.clone()).await?;
         let mut row = Row::new(workload, args.count, Duration::from_secs(1), &mut []);

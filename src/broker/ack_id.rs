@@ -6,12 +6,11 @@
 //! two topics' first messages of one millisecond are both `<ms>-0`).
 //!
 //! Format: `<entry id>/<delivery count>/<consumer>/<scope tag>`. Consumer names
-//! cannot contain `/` (see `grpc::convert::check_name`), so the split is
+//! cannot contain `/` (names are checked where requests come in), so the split is
 //! unambiguous. Ids of the older form without the tag are still accepted:
 //! their consumer name (unique per stream) is checked all the same.
 
-use crate::store::leases::Lease;
-use crate::store::stream::is_entry_id;
+use crate::model::{Lease, is_entry_id};
 
 /// Longest ack id redq issues: a 41-byte entry id, a 10-digit count, a
 /// 213-byte consumer name, an 8-digit tag and the separators, rounded up.

@@ -2,25 +2,35 @@
 //! letters, and seeking. Any replica serves these calls.
 
 use super::Broker;
+use super::kinds::{Call, check_settings_for_kind};
 use crate::error::{Error, Result};
-use crate::store::TopicKeys;
-use crate::store::stream::{GroupStart, entry_id_before};
-use crate::store::topics::{
-    SubscriptionSettings, SubscriptionStats, SubscriptionUpdate, TopicSettings, TopicStats,
+use crate::model::{
+    GroupStart, SubscriptionSettings, SubscriptionStats, SubscriptionUpdate, TopicKind,
+    TopicSettings, TopicStats, entry_id_before,
 };
+use crate::store::TopicKeys;
+use futures::{StreamExt, TryStreamExt};
 use std::time::Duration;
 
 /// Dead letters redriven per script call.
 const REDRIVE_CHUNK: u32 = 100;
+
+/// Topics of a listing whose settings are read at the same time.
+const LISTING_CONCURRENCY: usize = 16;
 
 /// A topic as the admin API shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicView {
     pub name: String,
     pub settings: TopicSettings,
+    pub kind: TopicKind,
     /// Left out of listings.
     pub stats: Option<TopicStats>,
     pub subscriptions: Vec<String>,
+    /// In a listing: the Redis node or shard holding the topic's keys could
+    /// not be reached, so only its name (from the registry) is known; its
+    /// settings are the defaults and its subscriptions are left out.
+    pub unavailable: bool,
 }
 
 /// A subscription as the admin API shows it.
@@ -42,26 +52,76 @@ pub enum SeekTarget {
 }
 
 impl Broker {
-    pub async fn create_topic(&self, topic: &str, settings: &TopicSettings) -> Result<TopicView> {
+    /// Creates a topic of `kind`. A LIST topic needs a standalone or
+    /// Sentinel Redis (its list and redq's keys for it are touched by one
+    /// script, and a cluster would put them in different slots), a list
+    /// key holding a list or nothing, and no other topic on that key.
+    pub async fn create_topic(
+        &self,
+        topic: &str,
+        settings: &TopicSettings,
+        kind: TopicKind,
+    ) -> Result<TopicView> {
+        check_settings_for_kind(settings, &kind)?;
+        if let TopicKind::List { key } = &kind {
+            self.claim_list(topic, key).await?;
+        }
         if !self.store.register_topic(topic).await? {
+            if let TopicKind::List { key } = &kind {
+                self.store.release_list_key(key, topic).await?;
+            }
             return Err(Error::AlreadyExists("topic".into()));
         }
         let keys = TopicKeys::new(topic);
+        self.store.set_topic_kind(&keys, &kind).await?;
         self.store.update_topic_settings(&keys, settings).await?;
+        self.forget_topic_settings(topic);
+        self.remember_kind(topic, &kind);
         self.topic(topic).await
+    }
+
+    /// Claims the Redis list `key` for the LIST topic `topic`.
+    async fn claim_list(&self, topic: &str, key: &str) -> Result<()> {
+        let refuse = |reason: String| Error::FailedPrecondition {
+            field: "settings.list_key".into(),
+            reason,
+        };
+        if self.store.is_cluster() {
+            return Err(Error::FailedPrecondition {
+                field: "settings.kind".into(),
+                reason: "LIST topics need a standalone or Sentinel Redis, not a cluster".into(),
+            });
+        }
+        match self.store.key_type(key).await?.as_str() {
+            "none" | "list" => {}
+            other => return Err(refuse(format!("the key holds a {other}, not a list"))),
+        }
+        if let Some(owner) = self.store.claim_list_key(key, topic).await? {
+            return Err(refuse(format!(
+                "the list is the LIST topic {owner:?}'s already"
+            )));
+        }
+        Ok(())
     }
 
     pub async fn topic(&self, topic: &str) -> Result<TopicView> {
         let keys = self.existing_topic(topic).await?;
+        self.forget_topic_settings(topic);
+        let (settings, kind) = self.topic_config(topic).await?;
         Ok(TopicView {
             name: topic.to_owned(),
-            settings: self.store.topic_settings(&keys).await?,
+            settings,
+            kind,
             stats: Some(self.store.topic_stats(&keys).await?),
             subscriptions: self.store.subscriptions(&keys).await?,
+            unavailable: false,
         })
     }
 
-    /// A page of topics after `after`, by name, with their settings.
+    /// A page of topics after `after`, by name, with their settings. A topic
+    /// whose shard cannot be reached is listed by name and marked so: one
+    /// shard down must not hide the others' topics. The registry's own shard
+    /// down fails the call (UNAVAILABLE).
     pub async fn topics(
         &self,
         after: Option<&str>,
@@ -72,21 +132,75 @@ impl Broker {
             names.truncate(page_size as usize);
             names.last().cloned().unwrap_or_default()
         });
-        let mut topics = Vec::with_capacity(names.len());
-        for name in names {
-            let keys = TopicKeys::new(&name);
-            topics.push(TopicView {
-                settings: self.store.topic_settings(&keys).await?,
-                stats: None,
-                subscriptions: self.store.subscriptions(&keys).await?,
-                name,
-            });
-        }
+        // Concurrently: a topic on an unreachable shard waits for the
+        // connection to fail, and its neighbours need not wait behind it.
+        let topics = futures::stream::iter(names)
+            .map(|name| self.listed_topic(name))
+            .buffered(LISTING_CONCURRENCY)
+            .try_collect()
+            .await?;
         Ok((topics, next))
     }
 
-    pub async fn update_topic(&self, topic: &str, settings: &TopicSettings) -> Result<TopicView> {
+    /// One topic of a listing: its settings and subscriptions, or its name
+    /// alone when its shard is unreachable.
+    async fn listed_topic(&self, name: String) -> Result<TopicView> {
+        let keys = TopicKeys::new(&name);
+        let details = async {
+            let (settings, kind) = self.store.topic_config(&keys).await?;
+            let kind = kind.unwrap_or_default();
+            Ok::<_, Error>((settings, kind, self.store.subscriptions(&keys).await?))
+        };
+        let (settings, kind, subscriptions, unavailable) = match details.await {
+            Ok((settings, kind, subscriptions)) => (settings, kind, subscriptions, false),
+            Err(err) if err.is_unavailable() => {
+                tracing::debug!(topic = %name, error = ?err, "topic unreachable in a listing");
+                (
+                    TopicSettings::default(),
+                    TopicKind::default(),
+                    Vec::new(),
+                    true,
+                )
+            }
+            Err(err) => return Err(err),
+        };
+        Ok(TopicView {
+            name,
+            settings,
+            kind,
+            stats: None,
+            subscriptions,
+            unavailable,
+        })
+    }
+
+    /// Changes a topic's settings; its kind and list key stay as created.
+    pub async fn update_topic(
+        &self,
+        topic: &str,
+        settings: &TopicSettings,
+        kind: Option<TopicKind>,
+    ) -> Result<TopicView> {
         let keys = self.existing_topic(topic).await?;
+        self.forget_topic_settings(topic);
+        let stored = self.topic_kind(topic).await?;
+        if let Some(kind) = kind {
+            let field = match (&kind, &stored) {
+                (TopicKind::List { key }, TopicKind::List { key: stored_key })
+                    if key != stored_key =>
+                {
+                    Some("settings.list_key")
+                }
+                _ if std::mem::discriminant(&kind) != std::mem::discriminant(&stored) => {
+                    Some("settings.kind")
+                }
+                _ => None,
+            };
+            if let Some(field) = field {
+                return Err(Error::invalid(field, "is fixed when the topic is created"));
+            }
+        }
+        check_settings_for_kind(settings, &stored)?;
         self.store.update_topic_settings(&keys, settings).await?;
         self.forget_topic_settings(topic);
         self.topic(topic).await
@@ -94,9 +208,13 @@ impl Broker {
 
     pub async fn delete_topic(&self, topic: &str) -> Result<()> {
         let keys = self.existing_topic(topic).await?;
+        let kind = self.topic_kind(topic).await?;
+        self.delete_kind_state(topic, &kind).await?;
         self.store.delete_topic(&keys, topic).await?;
-        self.known_topics.lock().expect("topics lock").remove(topic);
-        self.forget_topic_settings(topic);
+        if let TopicKind::List { key } = &kind {
+            self.store.release_list_key(key, topic).await?;
+        }
+        self.forget_topic(topic);
         Ok(())
     }
 
@@ -107,20 +225,29 @@ impl Broker {
         start: GroupStart,
         settings: &SubscriptionSettings,
     ) -> Result<SubscriptionView> {
+        let kind = self.kind_for(topic, Call::Subscriptions).await?;
         self.register_topic(topic).await?;
-        let keys = TopicKeys::new(topic);
-        if !self
-            .store
-            .ensure_subscription(&keys, subscription, start, settings)
-            .await?
-        {
+        let keys = TopicKeys::of_kind(topic, &kind);
+        let created = match kind {
+            TopicKind::List { .. } => {
+                self.create_list_subscription(&keys, subscription, settings)
+                    .await?
+            }
+            _ => {
+                self.store
+                    .ensure_subscription(&keys, subscription, start, settings)
+                    .await?
+            }
+        };
+        if !created {
             return Err(Error::AlreadyExists("subscription".into()));
         }
         self.subscription(topic, subscription).await
     }
 
     pub async fn subscription(&self, topic: &str, subscription: &str) -> Result<SubscriptionView> {
-        let keys = self.existing_topic(topic).await?;
+        self.existing_topic(topic).await?;
+        let keys = TopicKeys::of_kind(topic, &self.topic_kind(topic).await?);
         let settings = self
             .store
             .subscription_settings(&keys, subscription)
@@ -149,6 +276,7 @@ impl Broker {
         subscription: &str,
         update: &SubscriptionUpdate,
     ) -> Result<SubscriptionView> {
+        self.kind_for(topic, Call::Subscriptions).await?;
         let current = self.subscription(topic, subscription).await?;
         let retry = current.settings.retry;
         let minimum = update.minimum_backoff.unwrap_or(retry.minimum_backoff);
@@ -167,8 +295,14 @@ impl Broker {
     }
 
     pub async fn delete_subscription(&self, topic: &str, subscription: &str) -> Result<()> {
-        let keys = self.existing_topic(topic).await?;
-        if !self.store.delete_subscription(&keys, subscription).await? {
+        let kind = self.kind_for(topic, Call::Subscriptions).await?;
+        self.existing_topic(topic).await?;
+        let keys = TopicKeys::of_kind(topic, &kind);
+        let deleted = match kind {
+            TopicKind::List { .. } => self.delete_list_subscription(&keys, subscription).await?,
+            _ => self.store.delete_subscription(&keys, subscription).await?,
+        };
+        if !deleted {
             return Err(Error::NotFound("subscription".into()));
         }
         Ok(())
@@ -182,7 +316,9 @@ impl Broker {
         ids: &[String],
         per_second: u32,
     ) -> Result<u64> {
-        let keys = self.existing_topic(topic).await?;
+        let kind = self.kind_for(topic, Call::DeadLetters).await?;
+        self.existing_topic(topic).await?;
+        let keys = TopicKeys::of_kind(topic, &kind);
         let chunk = REDRIVE_CHUNK.min(per_second).max(1);
         let mut redriven = 0;
         let mut chunks: Vec<&[String]> = ids.chunks(chunk as usize).collect();
@@ -216,6 +352,7 @@ impl Broker {
         subscription: &str,
         ids: &[String],
     ) -> Result<u64> {
+        self.kind_for(topic, Call::DeadLetters).await?;
         let keys = self.existing_topic(topic).await?;
         self.store
             .purge_dead_letters(&keys, subscription, ids)
@@ -223,6 +360,7 @@ impl Broker {
     }
 
     pub async fn seek(&self, topic: &str, subscription: &str, target: &SeekTarget) -> Result<()> {
+        self.kind_for(topic, Call::Seek).await?;
         let keys = self.existing_topic(topic).await?;
         let last_skipped = match target {
             SeekTarget::Time(ms) => entry_id_before(&format!("{ms}-0")),

@@ -72,6 +72,11 @@ impl StreamBudget {
         }
     }
 
+    /// The stream's own limit.
+    pub fn limit(&self) -> u64 {
+        self.stream.limit.load(Ordering::Relaxed)
+    }
+
     /// Changes the stream's own limit (a flow-control update).
     pub fn set_limit(&self, limit: u64) {
         self.stream.limit.store(limit, Ordering::Relaxed);

@@ -5,13 +5,14 @@ use super::Broker;
 use super::ack_id;
 use super::budget::{Reservation, StreamBudget};
 use super::handoff::{FetchRequest, Offer};
+use super::list::WaiterHandle;
 use super::open_batches::OpenBatches;
 use super::wakeups::{ConsumerWake, RECHECK, TopicWatch};
 use crate::error::{Error, Result};
 use crate::metrics::SubscriptionMetrics;
+use crate::model::{Entry, GroupStart, Lease, Pattern, RetryPolicy};
 use crate::store::TopicKeys;
-use crate::store::leases::{ConsumerSpec, Fetched, Lease, RetryPolicy};
-use crate::store::stream::{Entry, GroupStart};
+use crate::store::leases::{ConsumerSpec, Fetched};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -33,7 +34,14 @@ const MIN_WAIT: Duration = Duration::from_millis(5);
 /// What a Subscribe stream asks for, already validated.
 #[derive(Debug, Clone)]
 pub struct SubscribeOptions {
+    /// Empty on a pattern stream.
     pub topic: String,
+    /// EPHEMERAL topics whose names match this NATS-style pattern, instead
+    /// of `topic`.
+    pub pattern: Option<Pattern>,
+    /// Of the topics `pattern` matches, those the stream may receive (its
+    /// token's grants); None: all of them.
+    pub allowed_topics: Option<TopicFilter>,
     pub subscription: String,
     /// The client's name for this consumer; may be empty.
     pub consumer: String,
@@ -49,6 +57,33 @@ pub struct SubscribeOptions {
     pub retry: RetryPolicy,
     /// Create the subscription ordered per ordering key; an existing one must be.
     pub message_ordering: bool,
+}
+
+/// Which topics a pattern stream may receive, checked per delivered topic.
+#[derive(Clone)]
+pub struct TopicFilter(Arc<dyn Fn(&str) -> bool + Send + Sync>);
+
+impl TopicFilter {
+    pub fn new(allows: impl Fn(&str) -> bool + Send + Sync + 'static) -> Self {
+        Self(Arc::new(allows))
+    }
+
+    pub fn allows(&self, topic: &str) -> bool {
+        (self.0)(topic)
+    }
+}
+
+impl Default for TopicFilter {
+    /// Every topic.
+    fn default() -> Self {
+        Self::new(|_| true)
+    }
+}
+
+impl std::fmt::Debug for TopicFilter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TopicFilter")
+    }
 }
 
 /// A stream's flow control, which a StreamingSubscribe client can change
@@ -83,6 +118,21 @@ impl FlowControl {
         &self.batches
     }
 
+    /// Delivered-but-unacked messages the stream may hold.
+    pub(super) fn max_outstanding(&self) -> u32 {
+        self.max_outstanding.load(Ordering::Relaxed)
+    }
+
+    /// Bytes the server may hold for the stream.
+    pub(super) fn max_outstanding_bytes(&self) -> u64 {
+        self.budget.limit()
+    }
+
+    /// Counts `bytes` the stream holds against its budget and the replica's.
+    pub(super) fn reserve(&self, bytes: u64) -> Reservation {
+        self.budget.reserve(bytes)
+    }
+
     /// Delivered-but-unacked messages the stream may hold from now on.
     pub fn set_max_outstanding(&self, max_outstanding: u32) {
         self.max_outstanding
@@ -110,7 +160,7 @@ impl FlowControl {
 
 /// Deliveries fetched for a stream that never reached its client, by
 /// (entry id, delivery count): given back when the stream ends.
-type Unsent = Arc<Mutex<Vec<(String, u32)>>>;
+pub(super) type Unsent = Arc<Mutex<Vec<(String, u32)>>>;
 
 /// Deliveries on their way to the client, with the bytes they hold of the
 /// stream's budget (given back when the batch is taken apart). A batch
@@ -120,9 +170,30 @@ pub struct DeliveryBatch {
     deliveries: Vec<Delivery>,
     _reserved: Reservation,
     unsent: Unsent,
+    /// EPHEMERAL: messages the stream lost since its previous batch.
+    dropped: u64,
 }
 
 impl DeliveryBatch {
+    pub(super) fn new(
+        deliveries: Vec<Delivery>,
+        reserved: Reservation,
+        unsent: Unsent,
+        dropped: u64,
+    ) -> Self {
+        Self {
+            deliveries,
+            _reserved: reserved,
+            unsent,
+            dropped,
+        }
+    }
+
+    /// Messages the stream lost since its previous batch (EPHEMERAL topics).
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+
     /// The deliveries, to send; their bytes go back to the budget.
     pub fn into_deliveries(mut self) -> Vec<Delivery> {
         std::mem::take(&mut self.deliveries)
@@ -145,6 +216,8 @@ impl Drop for DeliveryBatch {
 /// One message handed to a consumer.
 #[derive(Debug, Clone)]
 pub struct Delivery {
+    /// The topic it was published to (a pattern stream delivers from many).
+    pub topic: Arc<str>,
     pub ack_id: String,
     pub entry: Entry,
     /// 1 on first delivery, one higher on each redelivery.
@@ -162,23 +235,111 @@ pub(super) struct DeliveryLoop {
     pub control: Arc<FlowControl>,
     pub sender: mpsc::Sender<Result<DeliveryBatch>>,
     pub unsent: Unsent,
+    /// The topic's keys (a LIST topic's include its list).
+    pub keys: TopicKeys,
+    /// On a LIST topic: told when this stream waits for new elements.
+    pub list_waiter: Option<WaiterHandle>,
+}
+
+/// What one stream keeps from one fetch to the next.
+struct StreamState {
+    keys: TopicKeys,
+    /// The topic's turns and timers, shared with its other local streams.
+    topic: TopicWatch,
+    /// Wakes this consumer when an ack frees room (see `Wakeups`).
+    room: ConsumerWake,
+    /// What the fetch script is asked for.
+    spec: ConsumerSpec,
+    /// Deliveries promoted ahead of their due time, held until then.
+    held: Held,
+    /// The bytes of the deliveries `held` holds.
+    held_reserved: Reservation,
+    metrics: SubscriptionMetrics,
+    /// Redis' clock as of the last fetch.
+    clock: RedisClock,
+    /// When this stream's batches' leases end, oldest first: a full stream
+    /// waits for its own leases, not for the subscription's turns.
+    lease_ends: VecDeque<Instant>,
+    /// A fetch a publish or an ack made for this stream (see `handoff`), to
+    /// use instead of fetching.
+    handed: Option<Result<Fetched>>,
+    /// The last turn was for entries that the handed fetch may not have
+    /// reached: look again once it is taken in.
+    recheck_turn: bool,
+}
+
+/// The bytes a fetch may take, or why there are none.
+enum Budget {
+    Available(u64),
+    /// Room came, or a held delivery fell due: start over.
+    Waited,
+    StreamOver,
+}
+
+/// What a stream does once it took a fetch in.
+enum Next {
+    /// More may be waiting, and the stream has room for it.
+    FetchAgain,
+    /// Sleep until something changes (`DeliveryLoop::wait_for_next`).
+    Wait {
+        has_room: bool,
+        /// When the next lease of this consumer ends or a parked entry is
+        /// due, from when the fetch came back (`received`).
+        next_expiry: Option<Duration>,
+        received: Instant,
+    },
 }
 
 impl DeliveryLoop {
     #[tracing::instrument(skip_all, fields(topic = %self.options.topic, subscription = %self.options.subscription, consumer = %self.consumer))]
     pub async fn run(self) {
+        let mut stream = self.open();
+        tracing::debug!("stream opened");
+        loop {
+            if !self.send_due(&mut stream).await {
+                break;
+            }
+            let max_bytes = match self.wait_for_budget(&stream).await {
+                Budget::Available(max_bytes) => max_bytes,
+                Budget::Waited => continue,
+                Budget::StreamOver => break,
+            };
+            stream.spec.max_outstanding = self.control.max_outstanding.load(Ordering::Relaxed);
+            let limit = stream.spec.max_outstanding.min(FETCH_LIMIT);
+            let Some(fetched) = self.fetch(&mut stream, limit, max_bytes).await else {
+                break;
+            };
+            let next = match self.take_in(&mut stream, fetched, limit).await {
+                Some(next) => next,
+                None => break,
+            };
+            let Next::Wait {
+                has_room,
+                next_expiry,
+                received,
+            } = next
+            else {
+                continue; // more may be waiting (a full stream waits for room)
+            };
+            if !self
+                .wait_for_next(&mut stream, limit, has_room, next_expiry, received)
+                .await
+            {
+                break;
+            }
+        }
+        self.close(stream).await;
+    }
+
+    /// The stream's state before its first fetch: its watch of the topic's
+    /// turns, its consumer's wake-ups, and what it asks the fetch script for.
+    fn open(&self) -> StreamState {
         let broker = &self.broker;
-        let keys = TopicKeys::new(&self.options.topic);
-        let topic = broker
-            .wakeups
-            .watch_topic(&self.options.topic, &self.options.subscription);
-        let room = broker.wakeups.register_consumer(&self.consumer);
-        let control = &self.control;
-        let budget = &control.budget;
-        let stop = &control.stop;
-        let mut spec = ConsumerSpec {
+        let (topic, subscription) = (&self.options.topic, &self.options.subscription);
+        let keys = self.keys.clone();
+        let spec = ConsumerSpec {
             keys: keys.clone(),
-            group: self.options.subscription.clone(),
+            group: subscription.clone(),
             consumer: self.consumer.clone(),
             max_outstanding: self.options.max_outstanding,
             // A message promoted ahead of its due time is held here until
@@ -187,166 +348,227 @@ impl DeliveryLoop {
             max_message_bytes: broker.max_message_bytes,
             ordered: self.ordered,
         };
-        let mut held = Held::default();
-        // The bytes of the deliveries `held` holds.
-        let mut held_reserved = budget.reserve(0);
-        let metrics = broker
-            .metrics
-            .subscription(&self.options.topic, &self.options.subscription);
-        let mut clock = RedisClock::default();
-        // When this stream's batches' leases end, oldest first: a full stream
-        // waits for its own leases, not for the subscription's turns.
-        let mut lease_ends: VecDeque<Instant> = VecDeque::new();
-        // A fetch a publish made for this stream (see `handoff`), to use
-        // instead of fetching.
-        let mut handed: Option<Result<Fetched>> = None;
-        let mut recheck_turn = false;
-        tracing::debug!("stream opened");
-        loop {
-            let released = held.release(Instant::now());
-            let reserved = held_reserved.split(wire_bytes(&released));
-            if !self.send(released, reserved, &metrics, &clock).await {
-                break;
-            }
-            let max_bytes = budget.available();
-            if max_bytes == 0 && handed.is_none() {
-                // The client is not reading (or the replica's budget is spent).
-                tokio::select! {
-                    _ = stop.cancelled() => break,
-                    _ = self.sender.closed() => break,
-                    _ = budget.wait_for_room() => {}
-                    _ = sleep_until_some(held.next_release()) => {}
-                }
-                continue;
-            }
-            spec.max_outstanding = control.max_outstanding.load(Ordering::Relaxed);
-            let limit = spec.max_outstanding.min(FETCH_LIMIT);
-            let fetched = match handed.take() {
-                Some(fetched) => fetched,
-                None => tokio::select! {
-                    _ = stop.cancelled() => break,
-                    fetched = broker.store.fetch(&spec, limit, max_bytes) => fetched,
-                },
-            };
-            let mut fetched = match fetched {
-                Ok(fetched) => fetched,
-                Err(err) => {
-                    // Ends the stream; what it held stays pending and is redelivered.
-                    let _ = self.sender.send(Err(err)).await;
-                    break;
-                }
-            };
-            let count = fetched.deliveries.len() as u32;
-            topic.fetched(&fetched.deliveries);
-            if std::mem::take(&mut recheck_turn) && topic.has_unfetched() {
-                topic.pass_turn();
-            }
-            let received = Instant::now();
-            if let Some(batch) = fetched.batch.take() {
-                let first = fetched.deliveries.len().saturating_sub(batch.covers);
-                let covered = fetched.deliveries[first..].iter();
-                let entries = covered.map(|(entry, _)| entry.id.clone()).collect();
-                control
-                    .batches
-                    .opened(batch.timer, entries, received + spec.lease);
-            }
-            metrics.dead_lettered(fetched.dead_lettered);
-            clock = RedisClock {
-                ms: fetched.now_ms,
-                at: received,
-            };
-            let fetched_bytes = wire_bytes(&fetched.deliveries);
-            let mut reserved = budget.reserve(fetched_bytes);
-            let ready = held.hold_early(fetched.deliveries, fetched.now_ms, received);
-            held_reserved.merge(reserved.split(fetched_bytes - wire_bytes(&ready)));
-            if !self.send(ready, reserved, &metrics, &clock).await {
-                break;
-            }
-            if count > 0 {
-                lease_ends.push_back(received + spec.lease);
-            }
-            // Full batch, or full stream with more to take: let another stream help.
-            if fetched.keys_handed > 0 {
-                // Entries that took their key may go to any stream, here or elsewhere.
-                let _ = broker
-                    .wakeups
-                    .deliveries_returned(&self.options.topic)
-                    .await;
-            }
-            let more = count >= limit || fetched.more_waiting;
-            if more || (count > 0 && !fetched.has_room) {
-                topic.pass_turn();
-            }
-            if more && fetched.has_room {
-                continue; // more may be waiting (a full stream waits for room)
-            }
-            if let Some(expiry) = fetched.next_expiry {
-                topic.timer_at(received + expiry.max(MIN_WAIT));
-            }
-            let now = Instant::now();
-            while lease_ends.front().is_some_and(|&end| end <= now) {
-                lease_ends.pop_front();
-            }
-            // A full stream waits for room (an ack), for its own leases to end,
-            // or, if a hint was lost, for the safety net.
-            let room_check = (!fetched.has_room).then(|| {
-                lease_ends
-                    .front()
-                    .map_or(now + RECHECK, |&end| end.min(now + RECHECK))
-            });
-            let wake_at = [held.next_release(), room_check]
-                .into_iter()
-                .flatten()
-                .min();
-            // The next fetch may be made by a publish (a stream with room)
-            // or by the ack that frees room (a full one).
-            let request = FetchRequest {
-                spec: spec.clone(),
-                limit,
-                max_bytes: budget.available(),
-            };
-            let offer = (request.max_bytes > 0).then(|| {
-                if fetched.has_room {
-                    topic.offer(request)
-                } else {
-                    room.offer(request)
-                }
-            });
-            let waited = Waiting {
-                topic: &topic,
-                room: &room,
-                control,
-                sender: &self.sender,
-                has_room: fetched.has_room,
-                wake_at,
-            };
-            match waited.wait(offer).await {
-                Woken::Fetch { fetched, on_turn } => {
-                    // The turn was for entries the publish's fetch may not
-                    // have reached: look again once that fetch is in.
-                    recheck_turn = on_turn && fetched.is_some();
-                    handed = fetched;
-                }
-                Woken::Stop(fetch) => {
-                    // Deliveries a publish or an ack fetched for this stream as it ended.
-                    if let Some(Ok(fetched)) = fetch {
-                        let mut unsent = self.unsent.lock().expect("unsent lock");
-                        unsent.extend(fetched.deliveries.into_iter().map(|(e, a)| (e.id, a)));
-                    }
-                    break;
-                }
+        StreamState {
+            keys,
+            topic: broker.wakeups.watch_topic(topic, subscription),
+            room: broker.wakeups.register_consumer(&self.consumer),
+            spec,
+            held: Held::default(),
+            held_reserved: self.control.budget.reserve(0),
+            metrics: broker.metrics.subscription(topic, subscription),
+            clock: RedisClock::default(),
+            lease_ends: VecDeque::new(),
+            handed: None,
+            recheck_turn: false,
+        }
+    }
+
+    /// Step 1: sends the held deliveries that are due now; false when the
+    /// stream is over.
+    async fn send_due(&self, stream: &mut StreamState) -> bool {
+        let released = stream.held.release(Instant::now());
+        let reserved = stream.held_reserved.split(wire_bytes(&released));
+        self.send(released, reserved, &stream.metrics, &stream.clock)
+            .await
+    }
+
+    /// Step 2: the bytes the next fetch may take, or a wait while there are
+    /// none (the client is not reading, or the replica's budget is spent).
+    async fn wait_for_budget(&self, stream: &StreamState) -> Budget {
+        let budget = &self.control.budget;
+        let max_bytes = budget.available();
+        if max_bytes > 0 || stream.handed.is_some() {
+            return Budget::Available(max_bytes);
+        }
+        tokio::select! {
+            _ = self.control.stop.cancelled() => Budget::StreamOver,
+            _ = self.sender.closed() => Budget::StreamOver,
+            _ = budget.wait_for_room() => Budget::Waited,
+            _ = sleep_until_some(stream.held.next_release()) => Budget::Waited,
+        }
+    }
+
+    /// Step 3: the fetch another call made for this stream, or a new one.
+    /// None ends the stream (a failed fetch is sent to the client first;
+    /// what the stream held stays pending and is redelivered).
+    async fn fetch(&self, stream: &mut StreamState, limit: u32, max_bytes: u64) -> Option<Fetched> {
+        let fetched = match stream.handed.take() {
+            Some(fetched) => fetched,
+            None => tokio::select! {
+                _ = self.control.stop.cancelled() => return None,
+                fetched = self.broker.store.fetch(&stream.spec, limit, max_bytes) => fetched,
+            },
+        };
+        match fetched {
+            Ok(fetched) => Some(fetched),
+            Err(err) => {
+                let _ = self.sender.send(Err(err)).await;
+                None
             }
         }
+    }
+
+    /// Step 4: takes in a fetch: passes the topic's turn on, opens its batch
+    /// timer, sends what is due and holds what was promoted early. Says
+    /// whether to fetch again at once or wait; None when the stream is over.
+    async fn take_in(
+        &self,
+        stream: &mut StreamState,
+        mut fetched: Fetched,
+        limit: u32,
+    ) -> Option<Next> {
+        let count = fetched.deliveries.len() as u32;
+        let topic = &stream.topic;
+        topic.fetched(&fetched.deliveries);
+        if std::mem::take(&mut stream.recheck_turn) && topic.has_unfetched() {
+            topic.pass_turn();
+        }
+        let received = Instant::now();
+        if let Some(batch) = fetched.batch.take() {
+            let first = fetched.deliveries.len().saturating_sub(batch.covers);
+            let covered = fetched.deliveries[first..].iter();
+            let entries = covered.map(|(entry, _)| entry.id.clone()).collect();
+            self.control
+                .batches
+                .opened(batch.timer, entries, received + stream.spec.lease);
+        }
+        stream.metrics.dead_lettered(fetched.dead_lettered);
+        stream.clock = RedisClock {
+            ms: fetched.now_ms,
+            at: received,
+        };
+        let fetched_bytes = wire_bytes(&fetched.deliveries);
+        let mut reserved = self.control.budget.reserve(fetched_bytes);
+        let ready = stream
+            .held
+            .hold_early(fetched.deliveries, fetched.now_ms, received);
+        stream
+            .held_reserved
+            .merge(reserved.split(fetched_bytes - wire_bytes(&ready)));
+        if !self
+            .send(ready, reserved, &stream.metrics, &stream.clock)
+            .await
+        {
+            return None;
+        }
+        if count > 0 {
+            stream.lease_ends.push_back(received + stream.spec.lease);
+        }
+        if fetched.keys_handed > 0 {
+            // Entries that took their key may go to any stream, here or elsewhere.
+            let _ = self
+                .broker
+                .wakeups
+                .deliveries_returned(&self.options.topic)
+                .await;
+        }
+        // Full batch, or full stream with more to take: let another stream help.
+        let more = count >= limit || fetched.more_waiting;
+        if more || (count > 0 && !fetched.has_room) {
+            stream.topic.pass_turn();
+        }
+        Some(if more && fetched.has_room {
+            Next::FetchAgain
+        } else {
+            Next::Wait {
+                has_room: fetched.has_room,
+                next_expiry: fetched.next_expiry,
+                received,
+            }
+        })
+    }
+
+    /// Step 5: sleeps until something can change what the stream may fetch:
+    /// a turn for new entries (a stream with room), an ack (a full one), a
+    /// timer, a held delivery's due time, or the fetch a publish or an ack
+    /// made with this stream's offer. False when the stream is over.
+    async fn wait_for_next(
+        &self,
+        stream: &mut StreamState,
+        limit: u32,
+        has_room: bool,
+        next_expiry: Option<Duration>,
+        received: Instant,
+    ) -> bool {
+        if let Some(expiry) = next_expiry {
+            stream.topic.timer_at(received + expiry.max(MIN_WAIT));
+        }
+        // With room left, the fetch found no new entry: on a LIST topic,
+        // none in its list either, which the topic's waiter now watches.
+        if has_room && let Some(waiter) = &self.list_waiter {
+            waiter.elements_wanted();
+        }
+        let now = Instant::now();
+        while stream.lease_ends.front().is_some_and(|&end| end <= now) {
+            stream.lease_ends.pop_front();
+        }
+        // A full stream waits for room (an ack), for its own leases to end,
+        // or, if a hint was lost, for the safety net.
+        let room_check = (!has_room).then(|| {
+            stream
+                .lease_ends
+                .front()
+                .map_or(now + RECHECK, |&end| end.min(now + RECHECK))
+        });
+        let wake_at = [stream.held.next_release(), room_check]
+            .into_iter()
+            .flatten()
+            .min();
+        // The next fetch may be made by a publish (a stream with room)
+        // or by the ack that frees room (a full one).
+        let request = FetchRequest {
+            spec: stream.spec.clone(),
+            limit,
+            max_bytes: self.control.budget.available(),
+        };
+        let offer = (request.max_bytes > 0).then(|| {
+            if has_room {
+                stream.topic.offer(request)
+            } else {
+                stream.room.offer(request)
+            }
+        });
+        let waited = Waiting {
+            topic: &stream.topic,
+            room: &stream.room,
+            control: &self.control,
+            sender: &self.sender,
+            has_room,
+            wake_at,
+        };
+        match waited.wait(offer).await {
+            Woken::Fetch { fetched, on_turn } => {
+                // The turn was for entries the publish's fetch may not
+                // have reached: look again once that fetch is in.
+                stream.recheck_turn = on_turn && fetched.is_some();
+                stream.handed = fetched;
+                true
+            }
+            Woken::Stop(fetch) => {
+                // Deliveries a publish or an ack fetched for this stream as it ended.
+                if let Some(Ok(fetched)) = fetch {
+                    let mut unsent = self.unsent.lock().expect("unsent lock");
+                    unsent.extend(fetched.deliveries.into_iter().map(|(e, a)| (e.id, a)));
+                }
+                false
+            }
+        }
+    }
+
+    /// Step 6: the stream is over: gives back what it fetched and did not
+    /// send, and leaves the consumer group if it holds nothing.
+    async fn close(&self, stream: StreamState) {
+        let broker = &self.broker;
         if broker.shutdown.is_cancelled() {
             let _ = self.sender.try_send(Err(Error::ShuttingDown));
         }
         // Batches still in the channel record themselves as unsent when the
         // response stream drops them; wait (briefly) for that.
         let _ = tokio::time::timeout(UNSENT_WAIT, self.sender.closed()).await;
-        self.return_unsent(&keys, held).await;
+        self.return_unsent(&stream.keys, stream.held).await;
         match broker
             .store
-            .release_consumer(&keys, &self.options.subscription, &self.consumer)
+            .release_consumer(&stream.keys, &self.options.subscription, &self.consumer)
             .await
         {
             Ok(true) => tracing::debug!("stream closed"),
@@ -412,6 +634,7 @@ impl DeliveryLoop {
         let now_ms = clock.now_ms();
         let mut batch = Vec::new();
         let mut batch_bytes = 0;
+        let topic: Arc<str> = Arc::from(self.options.topic.as_str());
         let mut deliveries = deliveries.into_iter().peekable();
         while let Some((entry, attempt)) = deliveries.next() {
             batch_bytes += entry.wire_size();
@@ -427,6 +650,7 @@ impl DeliveryLoop {
                 attempt,
             };
             batch.push(Delivery {
+                topic: topic.clone(),
                 ack_id: ack_id::encode(&lease, &self.options.topic, &self.options.subscription),
                 entry,
                 attempt,
@@ -435,11 +659,12 @@ impl DeliveryLoop {
                 .peek()
                 .is_some_and(|(next, _)| batch_bytes + next.wire_size() <= MAX_RESPONSE_BYTES);
             if !next_fits {
-                let batch = DeliveryBatch {
-                    deliveries: std::mem::take(&mut batch),
-                    _reserved: reserved.split(batch_bytes as u64),
-                    unsent: self.unsent.clone(),
-                };
+                let batch = DeliveryBatch::new(
+                    std::mem::take(&mut batch),
+                    reserved.split(batch_bytes as u64),
+                    self.unsent.clone(),
+                    0,
+                );
                 // A batch that is not sent records itself as unsent on drop.
                 let sent = tokio::select! {
                     _ = self.control.stop.cancelled() => false,

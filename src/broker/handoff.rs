@@ -32,8 +32,9 @@
 use super::Broker;
 use crate::error::Result;
 use crate::metrics::CarriedBy;
+use crate::model::{Due, PublishBatch};
 use crate::store::leases::{AckRequest, Acked, ConsumerSpec, Fetched};
-use crate::store::stream::{Due, PublishBatch, RequestResults};
+use crate::store::stream::RequestResults;
 use crate::store::{Store, TopicKeys};
 use futures::FutureExt;
 use std::collections::VecDeque;
@@ -50,67 +51,69 @@ pub enum Carry {
     Nothing,
 }
 
-/// Publishes `requests` to `topic` (see [`Store::publish`]), with the fetches
-/// of one waiting stream of each local subscription right behind. Called by
-/// the publish writers, which run to completion.
-pub async fn publish(
-    broker: &Broker,
-    keys: &TopicKeys,
-    topic: &str,
-    requests: &[PublishBatch],
-    dedupe_window: Duration,
-) -> Result<RequestResults> {
-    let due_now = requests
-        .iter()
-        .any(|request| request.messages.iter().any(|m| m.due == Due::Now));
-    let fetches = if due_now {
-        broker.wakeups.take_offers(topic)
-    } else {
-        Vec::new() // nothing for a fetch to find
-    };
-    broker
-        .metrics
-        .fetches_carried(CarriedBy::Publish, fetches.len());
-    let store = &broker.store;
-    carrying(store, store.publish(keys, requests, dedupe_window), fetches).await
-}
-
-/// Applies `acks` of `topic`'s `subscription`. With [`Carry::Fetches`] the acks ride on a fetch: that of a full
-/// local stream that held them (the fetches of the others go right behind),
-/// which takes the room they free at once; else, while publishes carry the
-/// subscription's fetches, the next one. Returns the consumers whose fetch
-/// took the room the acks freed, which need no other wake-up.
-pub async fn ack(
-    broker: &Broker,
-    (topic, subscription): (&str, &str),
-    acks: AckRequest,
-    carry: Carry,
-) -> Result<(Acked, Vec<String>)> {
-    if carry == Carry::Fetches {
-        let taken = broker
-            .wakeups
-            .take_room_offers(acks.leases.iter().map(|lease| lease.consumer.as_str()));
-        broker.metrics.fetches_carried(CarriedBy::Ack, taken.len());
-        let mut taken = taken.into_iter();
-        if let Some((consumer, first)) = taken.next() {
-            let (carried, others): (Vec<String>, Vec<Taken>) = taken.unzip();
-            let ack_and_fetch = first.ack_and_fetch(&broker.store, acks.clone());
-            if let Some(acked) = carrying(&broker.store, ack_and_fetch, others).await {
-                broker.metrics.acks_rode();
-                let carried = std::iter::once(consumer).chain(carried).collect();
-                return Ok((acked?, carried));
-            }
-        } else if !broker.ack_ride_wait.is_zero()
-            && let Some(offers) = broker.wakeups.subscription_offers(topic, subscription)
-            && let Some((acked, consumer)) = ride(&offers, &acks, broker.ack_ride_wait).await
-        {
-            broker.metrics.acks_rode();
-            return Ok((acked?, vec![consumer]));
-        }
+impl Broker {
+    /// Publishes `requests` to `topic` (see [`Store::publish`]), with the
+    /// fetches of one waiting stream of each local subscription right
+    /// behind. Called by the publish writers, which run to completion.
+    pub(super) async fn publish_carrying(
+        &self,
+        keys: &TopicKeys,
+        topic: &str,
+        requests: &[PublishBatch],
+        dedupe_window: Duration,
+    ) -> Result<RequestResults> {
+        let due_now = requests
+            .iter()
+            .any(|request| request.messages.iter().any(|m| m.due == Due::Now));
+        let fetches = if due_now {
+            self.wakeups.take_offers(topic)
+        } else {
+            Vec::new() // nothing for a fetch to find
+        };
+        self.metrics
+            .fetches_carried(CarriedBy::Publish, fetches.len());
+        let store = &self.store;
+        carrying(store, store.publish(keys, requests, dedupe_window), fetches).await
     }
-    let keys = TopicKeys::new(topic);
-    let acked = broker.store.ack(&keys, subscription, &acks).await?;
-    Ok((acked, Vec::new()))
+
+    /// Applies `acks` of `topic`'s `subscription`. With [`Carry::Fetches`]
+    /// the acks ride on a fetch: that of a full local stream that held them
+    /// (the fetches of the others go right behind), which takes the room
+    /// they free at once; else, while publishes carry the subscription's
+    /// fetches, the next one. Returns the consumers whose fetch took the
+    /// room the acks freed, which need no other wake-up.
+    pub(super) async fn ack_carrying(
+        &self,
+        (keys, subscription): (&TopicKeys, &str),
+        acks: AckRequest,
+        carry: Carry,
+    ) -> Result<(Acked, Vec<String>)> {
+        let topic = keys.topic();
+        if carry == Carry::Fetches {
+            let taken = self
+                .wakeups
+                .take_room_offers(acks.leases.iter().map(|lease| lease.consumer.as_str()));
+            self.metrics.fetches_carried(CarriedBy::Ack, taken.len());
+            let mut taken = taken.into_iter();
+            if let Some((consumer, first)) = taken.next() {
+                let (carried, others): (Vec<String>, Vec<Taken>) = taken.unzip();
+                let ack_and_fetch = first.ack_and_fetch(&self.store, acks.clone());
+                if let Some(acked) = carrying(&self.store, ack_and_fetch, others).await {
+                    self.metrics.acks_rode();
+                    let carried = std::iter::once(consumer).chain(carried).collect();
+                    return Ok((acked?, carried));
+                }
+            } else if !self.ack_ride_wait.is_zero()
+                && let Some(offers) = self.wakeups.subscription_offers(topic, subscription)
+                && let Some((acked, consumer)) = ride(&offers, &acks, self.ack_ride_wait).await
+            {
+                self.metrics.acks_rode();
+                return Ok((acked?, vec![consumer]));
+            }
+        }
+        let acked = self.store.ack(keys, subscription, &acks).await?;
+        Ok((acked, Vec::new()))
+    }
 }
 
 /// Leaves `acks` for the next fetch a publish carries for the subscription
@@ -328,7 +331,7 @@ impl Taken {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::leases::Lease;
+    use crate::model::Lease;
 
     fn request() -> FetchRequest {
         FetchRequest {

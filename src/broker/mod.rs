@@ -2,11 +2,15 @@
 //! delivering to subscriptions, and the lease operations (ack, nack, extend)
 //! that any replica can serve.
 
+pub mod ack_batches;
 pub mod ack_id;
 mod admin;
 mod budget;
 mod delivery;
+mod ephemeral;
 mod handoff;
+mod kinds;
+mod list;
 pub use handoff::Carry;
 mod open_batches;
 pub use open_batches::OpenBatches;
@@ -16,16 +20,19 @@ pub mod registry_repair;
 pub mod retention;
 pub mod wakeups;
 
+pub use ack_batches::AckBatch;
 pub use admin::{SeekTarget, SubscriptionView, TopicView};
-pub use delivery::{Delivery, DeliveryBatch, FlowControl, SubscribeOptions};
+pub use delivery::{Delivery, DeliveryBatch, FlowControl, SubscribeOptions, TopicFilter};
+use kinds::Call;
+pub use kinds::{check_settings_for_kind, not_for_kind};
 
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
-use crate::store::dead_letters::DeadLetterPage;
-use crate::store::leases::{AckRequest, Acked, BatchTimer, Ended, Lease};
-use crate::store::scheduled::Rescheduled;
-use crate::store::stream::{Due, NewMessage, PublishBatch, Published, parse_entry_id};
-use crate::store::topics::{DEFAULT_MAX_BLOCKED, SubscriptionSettings, TopicSettings};
+use crate::model::{
+    BatchTimer, DEFAULT_MAX_BLOCKED, DeadLetterPage, Due, Lease, NewMessage, PublishBatch,
+    Published, Rescheduled, SubscriptionSettings, TopicKind, TopicSettings, parse_entry_id,
+};
+use crate::store::leases::{AckRequest, Acked, Ended};
 use crate::store::{Store, TopicKeys};
 use ack_id::AckId;
 use budget::{ByteBudget, StreamBudget};
@@ -76,7 +83,14 @@ pub struct Broker {
     subscribe_buffer: Arc<ByteBudget>,
     /// This worker's publish writers, one per topic.
     batches: Arc<PublishBatches>,
-    topic_settings: Arc<Mutex<HashMap<String, (Instant, TopicSettings)>>>,
+    /// Topics' settings and kinds, as read lately (see [`kinds`]).
+    topic_settings: Arc<Mutex<HashMap<String, kinds::ReadConfig>>>,
+    /// The kinds other than STREAM this replica saw topics have.
+    known_kinds: Arc<Mutex<HashMap<String, TopicKind>>>,
+    /// This replica's Redis subscriptions for EPHEMERAL topics.
+    ephemeral: ephemeral::Hub,
+    /// Per LIST topic with local streams, what waits for its list's elements.
+    list_waiters: Arc<list::ListWaiters>,
     memory: MemoryGuard,
     shutdown: CancellationToken,
     metrics: Metrics,
@@ -109,6 +123,7 @@ impl Broker {
         shutdown: CancellationToken,
     ) -> Self {
         let promotions = Arc::new(PromotionTimers::new(settings.promote_ahead));
+        let ephemeral = ephemeral::Hub::new(store.clone(), shutdown.clone());
         Self {
             wakeups: Wakeups::new(store.clone(), promotions.clone()),
             promotions,
@@ -122,6 +137,9 @@ impl Broker {
             subscribe_buffer: ByteBudget::new(settings.subscribe_buffer_bytes),
             batches: Arc::default(),
             topic_settings: Arc::default(),
+            known_kinds: Arc::default(),
+            ephemeral,
+            list_waiters: Arc::default(),
             memory: MemoryGuard::default(),
             shutdown,
             metrics,
@@ -168,13 +186,23 @@ impl Broker {
     /// Publishes messages to `topic`, creating it on first use: appended now,
     /// or scheduled when due later. Results in request order.
     ///
+    /// Unary Publish comes this way, not through [`Self::publish_batched`]:
+    /// a call its client may cancel must carry no other stream's fetch (see
+    /// [`Carry`]). The publish writers serve PublishStream, whose requests
+    /// they also batch per topic.
+    ///
     /// The spans of calls made per message are at debug level: at info, their
     /// bookkeeping took about 8 % of a unary publish, and nothing inside them
     /// logs at info or above (errors are logged where they become a status).
     #[tracing::instrument(level = "debug", skip_all, fields(topic = %topic))]
     pub async fn publish(&self, topic: &str, request: PublishBatch) -> Result<Vec<Published>> {
-        let (settings, dedupe_window) = self.before_publish(topic).await?;
+        let (settings, kind, dedupe_window) = self.before_publish(topic).await?;
         check_payloads(&settings, &request.messages)?;
+        if kind != TopicKind::Stream {
+            return self
+                .publish_to_kind(topic, &kind, request, dedupe_window)
+                .await;
+        }
         let published = self
             .store
             .publish(&TopicKeys::new(topic), &[request], dedupe_window)
@@ -192,18 +220,38 @@ impl Broker {
         self.batches.submit(self, topic, request)
     }
 
+    /// Publishes to an EPHEMERAL or LIST topic.
+    async fn publish_to_kind(
+        &self,
+        topic: &str,
+        kind: &TopicKind,
+        request: PublishBatch,
+        dedupe_window: Duration,
+    ) -> Result<Vec<Published>> {
+        let published = match kind {
+            TopicKind::Stream => unreachable!("stream topics publish to their stream"),
+            TopicKind::Ephemeral => {
+                self.publish_ephemeral(topic, request, dedupe_window)
+                    .await?
+            }
+            TopicKind::List { key } => self.publish_list(topic, key, request).await?,
+        };
+        self.after_publish(topic, &published).await?;
+        Ok(published)
+    }
+
     /// What every publish checks first: Redis has room, the topic is
-    /// registered; returns its settings and dedupe window.
-    async fn before_publish(&self, topic: &str) -> Result<(TopicSettings, Duration)> {
+    /// registered; returns its settings, kind and dedupe window.
+    async fn before_publish(&self, topic: &str) -> Result<(TopicSettings, TopicKind, Duration)> {
         if self.memory.is_full() {
             return Err(Error::ResourceExhausted(
                 "redis is close to its memory limit; publishing is paused".into(),
             ));
         }
         self.register_topic(topic).await?;
-        let settings = self.topic_settings(topic).await?;
+        let (settings, kind) = self.topic_config(topic).await?;
         let dedupe_window = settings.dedupe_window.unwrap_or(self.dedupe_window);
-        Ok((settings, dedupe_window))
+        Ok((settings, kind, dedupe_window))
     }
 
     /// Counts what was published, wakes the local streams of the topic and
@@ -253,6 +301,7 @@ impl Broker {
         after: Option<&str>,
         page_size: u32,
     ) -> Result<DeadLetterPage> {
+        self.kind_for(topic, Call::DeadLetters).await?;
         self.store
             .dead_letters(&TopicKeys::new(topic), subscription, after, page_size)
             .await
@@ -265,7 +314,36 @@ impl Broker {
         if self.shutdown.is_cancelled() {
             return Err(Error::ShuttingDown);
         }
-        let keys = TopicKeys::new(&options.topic);
+        if options.pattern.is_some() {
+            return self.subscribe_ephemeral(options).await;
+        }
+        let kind = self.kind_for(&options.topic, Call::Subscribe).await?;
+        if kind != TopicKind::Stream && options.message_ordering {
+            return Err(not_for_kind(
+                "enable_message_ordering",
+                "Message ordering",
+                &kind,
+            ));
+        }
+        match kind {
+            TopicKind::Stream => {
+                let keys = TopicKeys::new(&options.topic);
+                self.subscribe_stream(options, keys, None).await
+            }
+            TopicKind::Ephemeral => self.subscribe_ephemeral(options).await,
+            TopicKind::List { key } => self.subscribe_list(options, &key).await,
+        }
+    }
+
+    /// Opens a stream of deliveries from the topic stream of `keys`, creating
+    /// the subscription on first use; on a LIST topic, with its hold on the
+    /// topic's `list_waiter`.
+    async fn subscribe_stream(
+        &self,
+        options: SubscribeOptions,
+        keys: TopicKeys,
+        list_waiter: Option<list::WaiterHandle>,
+    ) -> Result<Subscription> {
         self.register_topic(&options.topic).await?;
         let defaults = SubscriptionSettings {
             ack_deadline: None,
@@ -302,14 +380,7 @@ impl Broker {
         }
         let (sender, receiver) = mpsc::channel(STREAM_BUFFER);
         let consumer = unique_consumer_name(&options.consumer);
-        let budget =
-            StreamBudget::new(options.max_outstanding_bytes, self.subscribe_buffer.clone());
-        let control = Arc::new(FlowControl::new(
-            options.max_outstanding,
-            budget,
-            self.shutdown.child_token(),
-            &consumer,
-        ));
+        let control = self.flow_control(&options, &consumer);
         tokio::spawn(
             DeliveryLoop {
                 broker: self.clone(),
@@ -320,6 +391,8 @@ impl Broker {
                 control: control.clone(),
                 sender,
                 unsent: Arc::default(),
+                keys,
+                list_waiter,
             }
             .run(),
         );
@@ -342,11 +415,13 @@ impl Broker {
         finished: Vec<BatchTimer>,
         carry: Carry,
     ) -> Result<()> {
+        let kind = self.kind_for(topic, Call::Ack).await?;
+        let keys = TopicKeys::of_kind(topic, &kind);
         let (acked, ours) = self
-            .apply_acks((topic, subscription), ack_ids, (false, finished), carry)
+            .apply_acks((&keys, subscription), ack_ids, (false, finished), carry)
             .await?;
         if acked.ordered && acked.count < ack_ids.len() as u64 {
-            let applied = applied_acks(ack_ids, &ours, acked.ids);
+            let applied = applied_acks(ack_ids, &ours, acked.leases);
             return lost_leases(ack_ids, &vec![true; ack_ids.len()], &applied);
         }
         Ok(())
@@ -362,10 +437,12 @@ impl Broker {
         finished: Vec<BatchTimer>,
         carry: Carry,
     ) -> Result<Vec<bool>> {
+        let kind = self.kind_for(topic, Call::Ack).await?;
+        let keys = TopicKeys::of_kind(topic, &kind);
         let (acked, ours) = self
-            .apply_acks((topic, subscription), ack_ids, (true, finished), carry)
+            .apply_acks((&keys, subscription), ack_ids, (true, finished), carry)
             .await?;
-        Ok(applied_acks(ack_ids, &ours, acked.ids))
+        Ok(applied_acks(ack_ids, &ours, acked.leases))
     }
 
     /// Acks the deliveries of `ack_ids` issued for this subscription (with
@@ -376,11 +453,12 @@ impl Broker {
     /// it handed ordering keys to. Returns which ack ids were issued here.
     async fn apply_acks(
         &self,
-        (topic, subscription): (&str, &str),
+        (keys, subscription): (&TopicKeys, &str),
         ack_ids: &[AckId],
         (listed, finished): (bool, Vec<BatchTimer>),
         carry: Carry,
     ) -> Result<(Acked, Vec<bool>)> {
+        let topic = keys.topic();
         let (leases, ours) = issued_for(ack_ids, topic, subscription);
         let consumers: Vec<String> = leases.iter().map(|l| l.consumer.clone()).collect();
         let acks = AckRequest {
@@ -388,7 +466,7 @@ impl Broker {
             listed,
             finished,
         };
-        let (acked, carried) = handoff::ack(self, (topic, subscription), acks, carry).await?;
+        let (acked, carried) = self.ack_carrying((keys, subscription), acks, carry).await?;
         self.metrics.acked(topic, subscription, acked.count);
         self.metrics.ack_ids_ignored(
             topic,
@@ -419,10 +497,12 @@ impl Broker {
         ack_ids: &[AckId],
         delay: Option<Duration>,
     ) -> Result<()> {
+        let kind = self.kind_for(topic, Call::Nack).await?;
         let (leases, ours) = issued_for(ack_ids, topic, subscription);
+        let keys = TopicKeys::of_kind(topic, &kind);
         let (ended, _keys_handed) = self
             .store
-            .end_leases(&TopicKeys::new(topic), subscription, &leases, delay)
+            .end_leases(&keys, subscription, &leases, delay)
             .await?;
         let count = |what: Ended| ended.iter().filter(|&&e| e == what).count() as u64;
         let dead_lettered = count(Ended::DeadLettered);
@@ -449,6 +529,7 @@ impl Broker {
         ack_ids: &[AckId],
         deadline: Duration,
     ) -> Result<()> {
+        self.kind_for(topic, Call::ModifyAckDeadline).await?;
         if deadline.is_zero() {
             return self
                 .nack(topic, subscription, ack_ids, Some(Duration::ZERO))
@@ -462,30 +543,17 @@ impl Broker {
         lost_leases(ack_ids, &ours, &held)
     }
 
-    /// The topic's settings, as read at most [`TOPIC_SETTINGS_TTL`] ago.
-    async fn topic_settings(&self, topic: &str) -> Result<TopicSettings> {
-        if let Some((read, settings)) = self
-            .topic_settings
-            .lock()
-            .expect("settings lock")
-            .get(topic)
-            && read.elapsed() < TOPIC_SETTINGS_TTL
-        {
-            return Ok(*settings);
-        }
-        let settings = self.store.topic_settings(&TopicKeys::new(topic)).await?;
-        self.topic_settings
-            .lock()
-            .expect("settings lock")
-            .insert(topic.to_owned(), (Instant::now(), settings));
-        Ok(settings)
-    }
-
-    fn forget_topic_settings(&self, topic: &str) {
-        self.topic_settings
-            .lock()
-            .expect("settings lock")
-            .remove(topic);
+    /// A new stream's flow control, from what it asked for, within this
+    /// replica's subscribe buffer.
+    fn flow_control(&self, options: &SubscribeOptions, consumer: &str) -> Arc<FlowControl> {
+        let budget =
+            StreamBudget::new(options.max_outstanding_bytes, self.subscribe_buffer.clone());
+        Arc::new(FlowControl::new(
+            options.max_outstanding,
+            budget,
+            self.shutdown.child_token(),
+            consumer,
+        ))
     }
 
     /// Adds the topic to the registry, at most every [`TOPIC_SETTINGS_TTL`]
@@ -526,14 +594,21 @@ fn issued_for(ack_ids: &[AckId], topic: &str, subscription: &str) -> (Vec<Lease>
 }
 
 /// For each ack id, whether it was applied: issued for this subscription
-/// (`ours`) and among the entry ids `acked`. An entry acked once answers for
-/// the first of its ack ids only.
-fn applied_acks(ack_ids: &[AckId], ours: &[bool], acked: Vec<String>) -> Vec<bool> {
-    let mut acked: HashSet<String> = acked.into_iter().collect();
+/// (`ours`) and among the deliveries `acked`. Two ack ids of one entry (an
+/// old delivery's and the current one's) are told apart by their delivery
+/// count and consumer; an ack id given twice answers for the first only.
+fn applied_acks(ack_ids: &[AckId], ours: &[bool], acked: Vec<Lease>) -> Vec<bool> {
+    let mut acked: HashSet<Lease> = acked.into_iter().collect();
     ack_ids
         .iter()
         .zip(ours)
-        .map(|(id, ours)| *ours && acked.remove(&canonical_entry_id(&id.lease.entry_id)))
+        .map(|(id, ours)| {
+            let lease = Lease {
+                entry_id: canonical_entry_id(&id.lease.entry_id),
+                ..id.lease.clone()
+            };
+            *ours && acked.remove(&lease)
+        })
         .collect()
 }
 
@@ -579,7 +654,7 @@ fn lost_leases(ack_ids: &[AckId], ours: &[bool], held: &[bool]) -> Result<()> {
 
 /// Each stream is its own consumer in the group, so that leases (and the
 /// outstanding limit) belong to exactly one stream.
-fn unique_consumer_name(requested: &str) -> String {
+pub(super) fn unique_consumer_name(requested: &str) -> String {
     let suffix = uuid::Uuid::new_v4().simple().to_string();
     let prefix = if requested.is_empty() {
         "consumer"

@@ -15,7 +15,7 @@
 //! Only streams whose acks come on the stream itself (StreamingSubscribe)
 //! keep track: a Subscribe stream's acks are unary calls it never sees.
 
-use crate::store::leases::{BatchTimer, Lease};
+use crate::model::{BatchTimer, Lease};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use tokio::time::Instant;

@@ -8,8 +8,8 @@
 
 use super::Broker;
 use crate::error::{Error, Result};
+use crate::model::{PublishBatch, Published, TopicKind};
 use crate::store::TopicKeys;
-use crate::store::stream::{PublishBatch, Published};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -115,7 +115,7 @@ fn size(job: &Job) -> (usize, usize) {
 
 /// Writes the jobs that pass the topic's checks with one call, and answers each.
 async fn write(broker: &Broker, keys: &TopicKeys, topic: &str, jobs: Vec<Job>) {
-    let (settings, dedupe_window) = match broker.before_publish(topic).await {
+    let (settings, kind, dedupe_window) = match broker.before_publish(topic).await {
         Ok(checked) => checked,
         Err(err) => {
             for job in jobs {
@@ -140,7 +140,19 @@ async fn write(broker: &Broker, keys: &TopicKeys, topic: &str, jobs: Vec<Job>) {
     if requests.is_empty() {
         return;
     }
-    let results = super::handoff::publish(broker, keys, topic, &requests, dedupe_window).await;
+    if kind != TopicKind::Stream {
+        // No batching across requests: each is one round trip already.
+        for (request, reply) in requests.into_iter().zip(replies) {
+            let published = broker
+                .publish_to_kind(topic, &kind, request, dedupe_window)
+                .await;
+            let _ = reply.send(published);
+        }
+        return;
+    }
+    let results = broker
+        .publish_carrying(keys, topic, &requests, dedupe_window)
+        .await;
     let results = results.and_then(|results| {
         if results.len() == requests.len() {
             Ok(results)

@@ -15,6 +15,8 @@
 //! - Room freed by an ack: the consumer's own `Notify` when it lives here,
 //!   else a hint to the other replicas.
 //! - Deliveries handed back (nack): the topic's channel here, and a hint.
+//! - Elements pushed onto a LIST topic's list: the blocking move of the
+//!   topic's waiter on each replica (see `super::list`).
 //! - Messages scheduled: the promoter's timers here, and a hint with the due
 //!   time; the promotion script hints every watcher, this replica's too.
 //!
@@ -30,8 +32,8 @@
 use super::handoff::{FetchRequest, Offer, Offers, Taken};
 use super::promoter::PromotionTimers;
 use crate::error::Result;
+use crate::model::{Entry, Published, parse_entry_id};
 use crate::store::hints::{Hint, WATCH_RENEWAL};
-use crate::store::stream::{Entry, Published, parse_entry_id};
 use crate::store::{Store, TopicKeys};
 use futures::StreamExt;
 use std::collections::HashMap;
@@ -43,7 +45,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-const RETRY_MIN: Duration = Duration::from_millis(100);
+pub(super) const RETRY_MIN: Duration = Duration::from_millis(100);
 const RETRY_MAX: Duration = Duration::from_secs(5);
 /// Safety net: each subscription's streams look again at least this often,
 /// in case a hint was lost.
@@ -220,6 +222,14 @@ impl Wakeups {
     pub async fn deliveries_returned(&self, topic: &str) -> Result<()> {
         self.wake_topic(topic);
         self.inner.store.publish_hint(&Hint::Topic(topic)).await
+    }
+
+    /// Tells the local streams of the LIST topic `topic` that an element
+    /// came (this replica's blocking move put it in the staging list). The
+    /// other replicas need no hint: Redis hands their blocking moves
+    /// elements of their own.
+    pub fn elements_arrived(&self, topic: &str) {
+        self.wake_topic(topic);
     }
 
     /// Tells the promoters, here and on other replicas, that `topic` has a
@@ -425,8 +435,7 @@ async fn keep_watching(
             }
             Err(err) => {
                 tracing::debug!(error = ?err, topic = keys.topic(), "cannot renew the topic's watch");
-                tokio::time::sleep(retry).await;
-                retry = (retry * 2).min(RETRY_MAX);
+                back_off(&mut retry).await;
             }
         }
     }
@@ -469,13 +478,17 @@ async fn run_timer(turns: Arc<Turns>) {
 }
 
 /// Sleeps for the current backoff and doubles it; true when shutdown came first.
-async fn sleep_or_shutdown(retry: &mut Duration, shutdown: &CancellationToken) -> bool {
-    let stopped = tokio::select! {
+pub(super) async fn sleep_or_shutdown(retry: &mut Duration, shutdown: &CancellationToken) -> bool {
+    tokio::select! {
         _ = shutdown.cancelled() => true,
-        _ = tokio::time::sleep(*retry) => false,
-    };
+        _ = back_off(retry) => false,
+    }
+}
+
+/// Sleeps for the current backoff (from [`RETRY_MIN`]), then doubles it up to 5 s.
+pub(super) async fn back_off(retry: &mut Duration) {
+    tokio::time::sleep(*retry).await;
     *retry = (*retry * 2).min(RETRY_MAX);
-    stopped
 }
 
 impl TopicWatch {

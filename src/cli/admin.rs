@@ -1,10 +1,11 @@
 //! `redq topics`, `stats` and `dlq`: the AdminService from a shell.
 
 use super::format::{self, Table};
-use super::{admin_client, connect, print, status_error};
+use super::{ClientChannel, admin_client, connect, print, status_error};
 use crate::config::{DlqTarget, StatsArgs, TopicsArgs};
+use crate::error::BoxError;
 use crate::pb;
-use crate::server::BoxError;
+use crate::pb::admin_service_client::AdminServiceClient;
 use tonic::Code;
 
 /// Bound on pages followed, so a server that keeps answering with a token
@@ -36,19 +37,34 @@ pub async fn topics(args: TopicsArgs) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// One row per topic: name, subscription count and settings.
+/// One row per topic: name, subscription count and settings; a topic whose
+/// Redis shard cannot be reached says so in place of its figures, with a
+/// note under the table.
 fn topics_table(topics: &[pb::Topic]) -> String {
     let mut table = Table::new(&[
         "TOPIC",
+        "KIND",
         "SUBSCRIPTIONS",
         "RETENTION",
         "DEDUPE WINDOW",
         "MAX PAYLOAD",
     ]);
     for topic in topics {
-        let settings = topic.settings.unwrap_or_default();
+        if topic.unavailable {
+            table.row(vec![
+                topic.name.clone(),
+                "?".into(),
+                "unavailable".into(),
+                "?".into(),
+                "?".into(),
+                "?".into(),
+            ]);
+            continue;
+        }
+        let settings = topic.settings.clone().unwrap_or_default();
         table.row(vec![
             topic.name.clone(),
+            kind(&settings),
             topic.subscriptions.len().to_string(),
             retention(&settings),
             settings
@@ -61,7 +77,23 @@ fn topics_table(topics: &[pb::Topic]) -> String {
             },
         ]);
     }
-    table.render()
+    let mut text = table.render();
+    let unavailable = topics.iter().filter(|t| t.unavailable).count();
+    if unavailable > 0 {
+        text.push_str(&format!(
+            "\n{unavailable} topic(s) unavailable: the Redis node or shard holding them cannot be reached (retry later)\n"
+        ));
+    }
+    text
+}
+
+/// A topic's kind as the API names it (`LIST jobs`: with its Redis list).
+fn kind(settings: &pb::TopicSettings) -> String {
+    match settings.kind() {
+        pb::TopicKind::List => format!("LIST {}", settings.list_key),
+        pb::TopicKind::Ephemeral => "EPHEMERAL".into(),
+        pb::TopicKind::Stream | pb::TopicKind::Unspecified => "STREAM".into(),
+    }
 }
 
 /// A topic's retention settings in a few words (`-`: kept until acked by all).
@@ -120,6 +152,10 @@ fn stats_text(topic: &pb::Topic, subscriptions: &[pb::Subscription]) -> String {
         None => "-".into(),
     };
     let mut overview = Table::new(&["TOPIC", &topic.name]);
+    overview.row(vec![
+        "kind".into(),
+        kind(&topic.settings.clone().unwrap_or_default()),
+    ]);
     overview.row(vec![
         "stream length".into(),
         stats.stream_length.to_string(),
@@ -193,15 +229,33 @@ fn stats_text(topic: &pb::Topic, subscriptions: &[pb::Subscription]) -> String {
     text
 }
 
+/// The subscription a `dlq` subcommand handles, and a client of its server.
+struct DeadLetters {
+    admin: AdminServiceClient<ClientChannel>,
+    topic: String,
+    subscription: String,
+}
+
+impl DeadLetters {
+    async fn connect(target: DlqTarget) -> Result<Self, BoxError> {
+        let DlqTarget {
+            topic,
+            subscription,
+            server,
+        } = target;
+        let admin = admin_client(connect(&server.server, &server.tls).await?);
+        Ok(Self {
+            admin,
+            topic,
+            subscription,
+        })
+    }
+}
+
 /// `redq dlq list`: every dead letter (all pages), oldest first, as a table
 /// or as JSON lines.
 pub async fn dlq_list(target: DlqTarget, json: bool) -> Result<(), BoxError> {
-    let DlqTarget {
-        topic,
-        subscription,
-        server,
-    } = target;
-    let mut admin = admin_client(connect(&server.server, &server.tls).await?);
+    let mut dlq = DeadLetters::connect(target).await?;
     let mut table = Table::new(&[
         "DEAD LETTER ID",
         "MESSAGE ID",
@@ -213,10 +267,11 @@ pub async fn dlq_list(target: DlqTarget, json: bool) -> Result<(), BoxError> {
     let mut lines = String::new();
     let mut page_token = String::new();
     for _ in 0..MAX_PAGES {
-        let page = admin
+        let page = dlq
+            .admin
             .list_dead_letters(pb::ListDeadLettersRequest {
-                topic: topic.clone(),
-                subscription: subscription.clone(),
+                topic: dlq.topic.clone(),
+                subscription: dlq.subscription.clone(),
                 page_size: 1000,
                 page_token,
             })
@@ -263,11 +318,6 @@ fn dead_letter_row(dead: &pb::DeadLetter) -> Vec<String> {
 fn dead_letter_json(dead: &pb::DeadLetter) -> String {
     let empty = pb::Message::default();
     let message = dead.message.as_ref().unwrap_or(&empty);
-    let attributes: serde_json::Map<String, serde_json::Value> = message
-        .attributes
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone().into()))
-        .collect();
     let mut object = serde_json::Map::new();
     object.insert("dead_letter_id".into(), dead.dead_letter_id.clone().into());
     object.insert("message_id".into(), message.id.clone().into());
@@ -276,15 +326,8 @@ fn dead_letter_json(dead: &pb::DeadLetter) -> String {
     if let Some(ts) = &dead.dead_lettered_at {
         object.insert("dead_lettered_at".into(), format::rfc3339(ts).into());
     }
-    object.insert("attributes".into(), attributes.into());
-    object.insert("ordering_key".into(), message.ordering_key.clone().into());
-    match format::payload(&message.payload) {
-        (text, true) => object.insert("payload".into(), text.into()),
-        (encoded, false) => object.insert("payload_base64".into(), encoded.into()),
-    };
-    let mut line = serde_json::Value::Object(object).to_string();
-    line.push('\n');
-    line
+    format::insert_message(&mut object, message);
+    format::json_line(object)
 }
 
 fn reason(code: i32) -> &'static str {
@@ -302,16 +345,12 @@ pub async fn dlq_redrive(
     ids: Vec<String>,
     max_per_second: u32,
 ) -> Result<(), BoxError> {
-    let DlqTarget {
-        topic,
-        subscription,
-        server,
-    } = target;
-    let mut admin = admin_client(connect(&server.server, &server.tls).await?);
-    let redriven = admin
+    let mut dlq = DeadLetters::connect(target).await?;
+    let redriven = dlq
+        .admin
         .redrive_dead_letters(pb::RedriveDeadLettersRequest {
-            topic,
-            subscription,
+            topic: dlq.topic,
+            subscription: dlq.subscription,
             dead_letter_ids: ids,
             max_per_second,
         })
@@ -326,21 +365,17 @@ pub async fn dlq_redrive(
 /// `redq dlq purge`: deletes the named dead letters, or all with `--all`;
 /// prints how many.
 pub async fn dlq_purge(target: DlqTarget, ids: Vec<String>, all: bool) -> Result<(), BoxError> {
-    let DlqTarget {
-        topic,
-        subscription,
-        server,
-    } = target;
     // An empty id list purges everything: only on request. clap enforces
     // this too; the check stays here so no caller can slip past it.
     if ids.is_empty() && !all {
         return Err("name the dead letters to purge, or pass --all".into());
     }
-    let mut admin = admin_client(connect(&server.server, &server.tls).await?);
-    let purged = admin
+    let mut dlq = DeadLetters::connect(target).await?;
+    let purged = dlq
+        .admin
         .purge_dead_letters(pb::PurgeDeadLettersRequest {
-            topic,
-            subscription,
+            topic: dlq.topic,
+            subscription: dlq.subscription,
             dead_letter_ids: if all { Vec::new() } else { ids },
         })
         .await
@@ -359,6 +394,10 @@ mod tests {
         prost_types::Duration { seconds, nanos: 0 }
     }
 
+    fn millis(ms: u64) -> prost_types::Duration {
+        std::time::Duration::from_millis(ms).try_into().unwrap()
+    }
+
     #[test]
     fn topics_show_subscription_counts_and_settings() {
         let topics = [
@@ -373,17 +412,61 @@ mod tests {
                 }),
                 stats: None,
                 subscriptions: vec!["billing".into(), "audit".into()],
+                unavailable: false,
             },
             pb::Topic {
                 name: "a".into(),
                 ..Default::default()
             },
+            pb::Topic {
+                name: "jobs".into(),
+                settings: Some(pb::TopicSettings {
+                    kind: pb::TopicKind::List.into(),
+                    list_key: "queue:jobs".into(),
+                    ..Default::default()
+                }),
+                subscriptions: vec!["workers".into()],
+                ..Default::default()
+            },
+            pb::Topic {
+                name: "presence".into(),
+                settings: Some(pb::TopicSettings {
+                    kind: pb::TopicKind::Ephemeral.into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
         ];
         assert_eq!(
             topics_table(&topics),
-            "TOPIC   SUBSCRIPTIONS  RETENTION               DEDUPE WINDOW  MAX PAYLOAD\n\
-             orders  2              age 7days, length 1000  10m            4096 B\n\
-             a       0              -                       default        default\n"
+            "TOPIC     KIND             SUBSCRIPTIONS  RETENTION               DEDUPE WINDOW  MAX PAYLOAD\n\
+             orders    STREAM           2              age 7days, length 1000  10m            4096 B\n\
+             a         STREAM           0              -                       default        default\n\
+             jobs      LIST queue:jobs  1              -                       default        default\n\
+             presence  EPHEMERAL        0              -                       default        default\n"
+        );
+    }
+
+    #[test]
+    fn topics_of_an_unreachable_shard_are_listed_and_marked() {
+        let topics = [
+            pb::Topic {
+                name: "up".into(),
+                ..Default::default()
+            },
+            pb::Topic {
+                name: "down".into(),
+                unavailable: true,
+                ..Default::default()
+            },
+        ];
+        assert_eq!(
+            topics_table(&topics),
+            "TOPIC  KIND    SUBSCRIPTIONS  RETENTION  DEDUPE WINDOW  MAX PAYLOAD\n\
+             up     STREAM  0              -          default        default\n\
+             down   ?       unavailable    ?          ?              ?\n\
+             \n\
+             1 topic(s) unavailable: the Redis node or shard holding them cannot be reached (retry later)\n"
         );
     }
 
@@ -406,10 +489,7 @@ mod tests {
             stats: Some(pb::SubscriptionStats {
                 pending: 2,
                 lag: 10,
-                oldest_unacked_age: Some(prost_types::Duration {
-                    seconds: 4,
-                    nanos: 120_000_000,
-                }),
+                oldest_unacked_age: Some(millis(4120)),
                 consumers: vec![pb::ConsumerStats {
                     name: "c-1".into(),
                     pending: 2,
@@ -423,10 +503,11 @@ mod tests {
         let text = stats_text(&topic, &[billing]);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[0], "TOPIC          orders");
-        assert_eq!(lines[1], "stream length  12");
-        assert_eq!(lines[3], "next due       -");
+        assert_eq!(lines[1], "kind           STREAM");
+        assert_eq!(lines[2], "stream length  12");
+        assert_eq!(lines[4], "next due       -");
         assert_eq!(
-            lines[7..],
+            lines[8..],
             [
                 "SUBSCRIPTION  PENDING  LAG  OLDEST UNACKED  DEAD LETTERS  ACKED  CONSUMERS",
                 "billing       2        10   4s 120ms        1             5      1",

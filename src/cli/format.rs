@@ -1,13 +1,13 @@
 //! How the client subcommands show things: payloads, attributes, times,
 //! durations and aligned tables.
 
+use crate::pb;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
-/// A payload as text when it is UTF-8, else as base64; the flag says which.
 /// A progress bar over `len` messages on stderr, drawn only when stderr is a
 /// terminal; `label` goes before the bar.
 pub fn progress_bar(len: u64, label: &str) -> ProgressBar {
@@ -24,6 +24,7 @@ pub fn progress_bar(len: u64, label: &str) -> ProgressBar {
     bar
 }
 
+/// A payload as text when it is UTF-8, else as base64; the flag says which.
 pub fn payload(bytes: &[u8]) -> (String, bool) {
     match std::str::from_utf8(bytes) {
         Ok(text) => (text.to_string(), true),
@@ -163,6 +164,35 @@ impl Table {
         }
         out
     }
+}
+
+/// A message's attributes, ordering key and payload (`payload` when it is
+/// UTF-8 text, else `payload_base64`) into a JSON object being built.
+pub fn insert_message(
+    object: &mut serde_json::Map<String, serde_json::Value>,
+    message: &pb::Message,
+) {
+    let attributes: serde_json::Map<String, serde_json::Value> = message
+        .attributes
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone().into()))
+        .collect();
+    if !message.topic.is_empty() {
+        object.insert("topic".into(), message.topic.clone().into());
+    }
+    object.insert("attributes".into(), attributes.into());
+    object.insert("ordering_key".into(), message.ordering_key.clone().into());
+    match payload(&message.payload) {
+        (text, true) => object.insert("payload".into(), text.into()),
+        (encoded, false) => object.insert("payload_base64".into(), encoded.into()),
+    };
+}
+
+/// `object` as one line of JSON lines output.
+pub fn json_line(object: serde_json::Map<String, serde_json::Value>) -> String {
+    let mut line = serde_json::Value::Object(object).to_string();
+    line.push('\n');
+    line
 }
 
 #[cfg(test)]

@@ -5,9 +5,9 @@ use super::format::{self, payload_inline};
 use super::{connect, print, queue_client, status_error};
 use crate::cli::ClientChannel;
 use crate::config::{CancelArgs, MessageArgs, PublishArgs, ScheduleArgs, StartArg, SubscribeArgs};
+use crate::error::BoxError;
 use crate::pb;
 use crate::pb::queue_service_client::QueueServiceClient;
-use crate::server::BoxError;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use indicatif::ProgressBar;
@@ -34,11 +34,10 @@ pub async fn publish(args: PublishArgs) -> Result<(), BoxError> {
         file,
         batch,
         delay,
-        dedupe_id,
         message,
         server,
     } = args;
-    let template = template(&message, delay, dedupe_id)?;
+    let template = template(&message, delay)?;
     let batch = batch as usize;
     // A bad file fails before anything is sent.
     let from_file = match &file {
@@ -70,16 +69,12 @@ pub async fn publish(args: PublishArgs) -> Result<(), BoxError> {
 }
 
 /// The fields every message of one `publish` or `schedule` shares.
-fn template(
-    args: &MessageArgs,
-    delay: Option<Duration>,
-    dedupe_id: Option<String>,
-) -> Result<pb::PublishMessage, BoxError> {
+fn template(args: &MessageArgs, delay: Option<Duration>) -> Result<pb::PublishMessage, BoxError> {
     Ok(pb::PublishMessage {
         payload: Default::default(),
         attributes: args.attributes.iter().cloned().collect(),
         ordering_key: args.ordering_key.clone().unwrap_or_default(),
-        dedupe_id: dedupe_id.unwrap_or_default(),
+        dedupe_id: args.dedupe_id.clone().unwrap_or_default(),
         deliver_at: None,
         delay: delay.map(|d| proto_duration("--delay", d)).transpose()?,
     })
@@ -355,11 +350,18 @@ pub async fn subscribe(args: SubscribeArgs) -> Result<(), BoxError> {
         ack_deadline,
         start,
         ordered,
+        pattern,
         server,
     } = args;
     let mut client = queue_client(connect(&server.server, &server.tls).await?);
+    let (topic, pattern) = if pattern {
+        (String::new(), topic)
+    } else {
+        (topic, String::new())
+    };
     let request = pb::SubscribeRequest {
         topic: topic.clone(),
+        pattern,
         subscription: subscription.clone(),
         consumer,
         // A small --max asks for no more than it will print.
@@ -394,12 +396,24 @@ pub async fn subscribe(args: SubscribeArgs) -> Result<(), BoxError> {
         let Some(response) = stream.message().await.map_err(status_error)? else {
             return Ok(());
         };
+        if response.dropped > 0 {
+            eprintln!(
+                "dropped {} message(s): the stream fell behind",
+                response.dropped
+            );
+        }
         let mut received = response.messages;
         let room = max.map_or(usize::MAX, |max| (max - printed) as usize);
         let extra = received.split_off(received.len().min(room));
         let text: String = received
             .iter()
-            .map(|m| if json { json_line(m) } else { text_line(m) })
+            .map(|m| {
+                if json {
+                    json_line(m)
+                } else {
+                    text_line(m, topic.is_empty())
+                }
+            })
             .collect();
         print(&text)?;
         printed += received.len() as u64;
@@ -429,6 +443,12 @@ impl Settle<'_> {
         printed: Vec<pb::ReceivedMessage>,
         extra: Vec<pb::ReceivedMessage>,
     ) -> Result<(), BoxError> {
+        // EPHEMERAL messages have no ack id: there is nothing to settle.
+        let printed: Vec<_> = printed
+            .into_iter()
+            .filter(|m| !m.ack_id.is_empty())
+            .collect();
+        let extra: Vec<_> = extra.into_iter().filter(|m| !m.ack_id.is_empty()).collect();
         if self.ack && !printed.is_empty() {
             client
                 .ack(pb::AckRequest {
@@ -455,12 +475,18 @@ impl Settle<'_> {
     }
 }
 
-/// `<id> attempt=<n> {k=v, …} <payload>`.
-fn text_line(received: &pb::ReceivedMessage) -> String {
+/// `<id> attempt=<n> {k=v, …} <payload>`, after `<topic> ` on a pattern
+/// stream.
+fn text_line(received: &pb::ReceivedMessage, pattern: bool) -> String {
     let empty = pb::Message::default();
     let message = received.message.as_ref().unwrap_or(&empty);
+    let topic = if pattern {
+        format!("{} ", message.topic)
+    } else {
+        String::new()
+    };
     format!(
-        "{} attempt={} {} {}\n",
+        "{topic}{} attempt={} {} {}\n",
         message.id,
         received.delivery_attempt,
         format::attributes(&message.attributes),
@@ -477,26 +503,14 @@ fn json_line(received: &pb::ReceivedMessage) -> String {
     object.insert("id".into(), message.id.clone().into());
     object.insert("ack_id".into(), received.ack_id.clone().into());
     object.insert("attempt".into(), received.delivery_attempt.into());
-    let attributes: serde_json::Map<String, serde_json::Value> = message
-        .attributes
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone().into()))
-        .collect();
-    object.insert("attributes".into(), attributes.into());
-    object.insert("ordering_key".into(), message.ordering_key.clone().into());
     if let Some(ts) = &message.publish_time {
         object.insert("publish_time".into(), format::rfc3339(ts).into());
     }
     if let Some(ts) = &message.deliver_at {
         object.insert("deliver_at".into(), format::rfc3339(ts).into());
     }
-    match format::payload(&message.payload) {
-        (text, true) => object.insert("payload".into(), text.into()),
-        (encoded, false) => object.insert("payload_base64".into(), encoded.into()),
-    };
-    let mut line = serde_json::Value::Object(object).to_string();
-    line.push('\n');
-    line
+    format::insert_message(&mut object, message);
+    format::json_line(object)
 }
 
 /// `redq schedule`: one message due after `--delay` or at `--at`; prints its
@@ -507,13 +521,12 @@ pub async fn schedule(args: ScheduleArgs) -> Result<(), BoxError> {
         payload,
         delay,
         at,
-        dedupe_id,
         message,
         server,
     } = args;
     let message = pb::PublishMessage {
         payload: payload.into_bytes().into(),
-        ..template(&message, None, dedupe_id)?
+        ..template(&message, None)?
     };
     let delay = delay.map(|d| proto_duration("--delay", d)).transpose()?;
     let mut client = queue_client(connect(&server.server, &server.tls).await?);

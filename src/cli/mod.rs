@@ -15,9 +15,9 @@ use crate::config::{
     CancelArgs, ClientTls, DlqArgs, DlqCommand, PublishArgs, ScheduleArgs, StatsArgs,
     SubscribeArgs, TopicsArgs,
 };
+use crate::error::BoxError;
 use crate::pb::admin_service_client::AdminServiceClient;
 use crate::pb::queue_service_client::QueueServiceClient;
-use crate::server::BoxError;
 use std::io::Write;
 use std::time::Duration;
 use tonic::metadata::{Ascii, MetadataValue};
@@ -134,7 +134,7 @@ pub async fn connect(server: &str, tls: &ClientTls) -> Result<ClientChannel, Box
         .token
         .as_ref()
         .map(|token| {
-            format!("Bearer {token}")
+            format!("Bearer {}", token.expose())
                 .parse::<MetadataValue<Ascii>>()
                 .map_err(|_| "--token: not a valid header value")
         })

@@ -1,9 +1,9 @@
 //! `redq token create`: a new random token and its entry for the tokens file.
 
-use crate::auth::patterns::Pattern;
 use crate::auth::tokens::{self, Action};
 use crate::config::TokenCreateArgs;
-use crate::server::BoxError;
+use crate::error::BoxError;
+use crate::model::Pattern;
 
 /// Prints the token (this is the only time it is shown) and the JSON entry,
 /// which holds only its SHA-256, to add to `--auth-tokens-file`.

@@ -1,5 +1,6 @@
 //! The flags of TLS, authentication, Redis credentials and abuse limits.
 
+use super::Secret;
 use clap::{Args, ValueEnum};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -31,12 +32,12 @@ pub struct Security {
     #[arg(long, env = "REDQ_HTTP_TLS_CLIENT_CA", requires = "http_tls_cert")]
     pub http_tls_client_ca: Option<PathBuf>,
     /// How long a TLS handshake may take before the connection is closed.
-    #[arg(long, env = "REDQ_TLS_HANDSHAKE_TIMEOUT", default_value = "10s", value_parser = super::parse_positive_duration)]
+    #[arg(long, env = "REDQ_TLS_HANDSHAKE_TIMEOUT", default_value = "10s", value_parser = super::parse::parse_positive_duration)]
     pub tls_handshake_timeout: Duration,
     /// How often certificates and the tokens file are read again (they are
     /// also read at once on SIGHUP); a file that changed and is bad is
     /// ignored, keeping what was loaded before.
-    #[arg(long, env = "REDQ_RELOAD_INTERVAL", default_value = "30s", value_parser = super::parse_positive_duration)]
+    #[arg(long, env = "REDQ_RELOAD_INTERVAL", default_value = "30s", value_parser = super::parse::parse_positive_duration)]
     pub reload_interval: Duration,
     /// JSON file of the tokens and their grants; without it the server is open.
     #[arg(long, env = "REDQ_AUTH_TOKENS_FILE")]
@@ -53,9 +54,9 @@ pub struct Security {
     pub max_header_list_bytes: u32,
     /// HTTP/2 PING interval on idle gRPC connections; a client that does not
     /// answer within --http2-keepalive-timeout is disconnected.
-    #[arg(long, env = "REDQ_HTTP2_KEEPALIVE_INTERVAL", default_value = "60s", value_parser = super::parse_positive_duration)]
+    #[arg(long, env = "REDQ_HTTP2_KEEPALIVE_INTERVAL", default_value = "60s", value_parser = super::parse::parse_positive_duration)]
     pub http2_keepalive_interval: Duration,
-    #[arg(long, env = "REDQ_HTTP2_KEEPALIVE_TIMEOUT", default_value = "20s", value_parser = super::parse_positive_duration)]
+    #[arg(long, env = "REDQ_HTTP2_KEEPALIVE_TIMEOUT", default_value = "20s", value_parser = super::parse::parse_positive_duration)]
     pub http2_keepalive_timeout: Duration,
     /// Most open gRPC connections per replica; more are closed at once, and
     /// admitted again as others close.
@@ -82,9 +83,10 @@ pub enum ClientAuth {
     Optional,
 }
 
-/// Where the server's Redis is and how it proves itself and redq to it.
-#[derive(Clone, Args)]
-pub struct RedisArgs {
+/// `--redis-url`: the Redis that `serve` keeps messages in, and that `bench`
+/// measures beside it (one `REDQ_REDIS_URL` points both at the same one).
+#[derive(Debug, Clone, Args)]
+pub struct RedisUrl {
     /// Redis to keep messages in: redis://, rediss://, unix://,
     /// redis+cluster://, rediss+cluster:// or redis+sentinel:// URL.
     #[arg(
@@ -93,7 +95,14 @@ pub struct RedisArgs {
         default_value = "redis://127.0.0.1:6379",
         hide_env_values = true
     )]
-    pub redis_url: String,
+    pub redis_url: Secret,
+}
+
+/// Where the server's Redis is and how it proves itself and redq to it.
+#[derive(Debug, Clone, Args)]
+pub struct RedisArgs {
+    #[command(flatten)]
+    pub url: RedisUrl,
     /// PEM CA certificates that sign Redis' certificate (rediss:// URLs),
     /// instead of the system's.
     #[arg(long, env = "REDQ_REDIS_CA_FILE")]
@@ -108,17 +117,6 @@ pub struct RedisArgs {
     /// URL nor the process list; overrides a password in the URL.
     #[arg(long, env = "REDQ_REDIS_PASSWORD_FILE")]
     pub redis_password_file: Option<PathBuf>,
-}
-
-impl std::fmt::Debug for RedisArgs {
-    /// Without the URL, which may hold a password.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedisArgs")
-            .field("redis_ca_file", &self.redis_ca_file)
-            .field("redis_client_cert", &self.redis_client_cert)
-            .field("redis_password_file", &self.redis_password_file)
-            .finish_non_exhaustive()
-    }
 }
 
 impl RedisArgs {
@@ -155,7 +153,7 @@ impl RedisArgs {
                 root_cert,
             });
         Ok(crate::store::connection::RedisAccess {
-            url: self.redis_url.clone(),
+            url: self.url.redis_url.expose().to_owned(),
             password,
             certificates,
         })

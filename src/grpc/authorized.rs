@@ -2,7 +2,10 @@
 //! place under `--max-streams-per-token`, and an end with the status of the
 //! reload that revoked its token or grant.
 
-use crate::auth::{Action, Authorizer, Caller, StreamSlot};
+use super::targets::Target;
+use crate::auth::{Action, Authorizer, Caller, Resource, StreamSlot};
+use crate::broker::TopicFilter;
+use crate::pb;
 use futures::{Stream, StreamExt};
 use std::pin::Pin;
 use tokio::sync::oneshot;
@@ -33,4 +36,28 @@ pub fn until_revoked<T: Send + 'static>(
         let _held = &slot;
         item
     }))
+}
+
+/// The names a Subscribe stream's grant is checked on while it runs: its
+/// topic, or its pattern, and its subscription.
+pub fn stream_names(request: &pb::SubscribeRequest) -> (String, String) {
+    let target = request.target();
+    (
+        target.topic.to_owned(),
+        target.subscription.unwrap_or_default().to_owned(),
+    )
+}
+
+/// The topics a pattern stream of `caller` may receive: those it may
+/// subscribe to under `subscription`, as its grants were when it opened.
+pub fn topics_allowed(authorizer: &Authorizer, caller: &Caller, subscription: &str) -> TopicFilter {
+    let (authorizer, caller, subscription) =
+        (authorizer.clone(), caller.clone(), subscription.to_owned());
+    TopicFilter::new(move |topic| {
+        authorizer.may(
+            &caller,
+            Action::Subscribe,
+            Resource::subscription(topic, &subscription),
+        )
+    })
 }

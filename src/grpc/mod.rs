@@ -1,5 +1,5 @@
 //! gRPC services: request validation and proto <-> domain conversions.
-//! No Redis types appear here.
+//! Everything here speaks in `model` types; nothing imports `store`.
 
 pub mod admin;
 mod authorized;
@@ -9,7 +9,7 @@ pub mod convert;
 mod publish_stream;
 mod queue;
 mod streaming_subscribe;
-mod targets;
+pub mod targets;
 
 pub use admin::AdminApi;
 pub use queue::QueueApi;

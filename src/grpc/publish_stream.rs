@@ -5,12 +5,13 @@
 //! write is in flight (on this stream or others) are written together.
 
 use super::convert;
-use crate::auth::{Action, Authorizer, Caller, Resource};
+use super::targets::Target;
+use crate::auth::{Action, Authorizer, Caller};
 use crate::broker::Broker;
 use crate::config::Limits;
 use crate::error::Error;
+use crate::model::Published;
 use crate::pb;
-use crate::store::stream::Published;
 use std::sync::Arc;
 use tokio::sync::{Semaphore, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
@@ -51,23 +52,24 @@ pub fn serve(
                     return;
                 }
             };
+            // Each request by the grants in force when it arrives.
+            let allowed = authorizer.refresh(&caller).and_then(|caller| {
+                authorizer.check(&caller, Action::Publish, request.target())?;
+                authorizer.take_publish_rate(&caller, request.messages.len())
+            });
+            if let Err(status) = allowed {
+                let _ = responses.send(Ok(failed(request.request_id, status))).await;
+                continue;
+            }
+            let names_checked = request.check_names();
             let pb::PublishStreamRequest {
                 request_id,
                 topic,
                 messages,
                 dedupe_id,
             } = request;
-            // Each request by the grants in force when it arrives.
-            let allowed = authorizer.refresh(&caller).and_then(|caller| {
-                authorizer.check(&caller, Action::Publish, Resource::topic(&topic))?;
-                authorizer.take_publish_rate(&caller, messages.len())
-            });
-            if let Err(status) = allowed {
-                let _ = responses.send(Ok(failed(request_id, status))).await;
-                continue;
-            }
-            let checked = convert::check_name("topic", &topic)
-                .and_then(|()| convert::publish_batch(messages, dedupe_id, &limits));
+            let checked =
+                names_checked.and_then(|()| convert::publish_batch(messages, dedupe_id, &limits));
             let batch = match checked {
                 Ok(batch) => batch,
                 Err(err) => {

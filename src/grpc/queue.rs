@@ -6,9 +6,9 @@ use crate::auth::{Action, Authorizer, Caller};
 use crate::broker::{Broker, Carry};
 use crate::config::Limits;
 use crate::error::Error;
+use crate::model::{Due, PublishBatch};
 use crate::pb;
 use crate::pb::queue_service_server::QueueService;
-use crate::store::stream::{Due, PublishBatch};
 use std::time::Instant;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
@@ -29,21 +29,33 @@ impl QueueApi {
         }
     }
 
-    /// Whether the caller may publish `messages` to the request's topic:
-    /// asked before anything else.
-    fn may_publish<T: Target>(&self, request: &Request<T>, messages: usize) -> Result<(), Status> {
+    /// The request, once the caller may publish `messages` to its topic and
+    /// its names are valid: asked before anything else.
+    fn admit_publisher<T: Target>(
+        &self,
+        request: Request<T>,
+        messages: usize,
+    ) -> Result<T, Status> {
         let resource = request.get_ref().target();
         let caller = self
             .authorizer
-            .authorize(request, Action::Publish, resource)?;
-        self.authorizer.take_publish_rate(&caller, messages)
+            .authorize(&request, Action::Publish, resource)?;
+        self.authorizer.take_publish_rate(&caller, messages)?;
+        let request = request.into_inner();
+        request.check_names()?;
+        Ok(request)
     }
 
-    /// Whether the caller may subscribe to (and ack on) the request's subscription.
-    fn may_subscribe<T: Target>(&self, request: &Request<T>) -> Result<Caller, Status> {
+    /// The request and its caller, once the caller may subscribe to (and
+    /// ack on) its subscription and its names are valid.
+    fn admit_subscriber<T: Target>(&self, request: Request<T>) -> Result<(Caller, T), Status> {
         let resource = request.get_ref().target();
-        self.authorizer
-            .authorize(request, Action::Subscribe, resource)
+        let caller = self
+            .authorizer
+            .authorize(&request, Action::Subscribe, resource)?;
+        let request = request.into_inner();
+        request.check_names()?;
+        Ok((caller, request))
     }
 }
 
@@ -56,14 +68,12 @@ impl QueueService for QueueApi {
         request: Request<pb::PublishRequest>,
     ) -> Result<Response<pb::PublishResponse>, Status> {
         let started = Instant::now();
-        let publish = request.get_ref();
-        self.may_publish(&request, publish.messages.len())?;
+        let messages = request.get_ref().messages.len();
         let pb::PublishRequest {
             topic,
             messages,
             dedupe_id,
-        } = request.into_inner();
-        convert::check_name("topic", &topic)?;
+        } = self.admit_publisher(request, messages)?;
         let batch = convert::publish_batch(messages, dedupe_id, &self.limits)?;
         let published = self.broker.publish(&topic, batch).await;
         self.broker
@@ -77,15 +87,13 @@ impl QueueService for QueueApi {
         &self,
         request: Request<pb::ScheduleDelayedRequest>,
     ) -> Result<Response<pb::ScheduleDelayedResponse>, Status> {
-        self.may_publish(&request, 1)?;
         let pb::ScheduleDelayedRequest {
             topic,
             message,
             deliver_at,
             delay,
-        } = request.into_inner();
+        } = self.admit_publisher(request, 1)?;
         let started = Instant::now();
-        convert::check_name("topic", &topic)?;
         let message = convert::scheduled_message(message, deliver_at, delay, &self.limits)?;
         let batch = PublishBatch {
             messages: vec![message],
@@ -107,9 +115,7 @@ impl QueueService for QueueApi {
         &self,
         request: Request<pb::CancelScheduledRequest>,
     ) -> Result<Response<pb::CancelScheduledResponse>, Status> {
-        self.may_publish(&request, 0)?;
-        let pb::CancelScheduledRequest { topic, message_id } = request.into_inner();
-        convert::check_name("topic", &topic)?;
+        let pb::CancelScheduledRequest { topic, message_id } = self.admit_publisher(request, 0)?;
         convert::message_id(&message_id)?;
         let cancelled = self.broker.cancel_scheduled(&topic, &message_id).await?;
         Ok(Response::new(pb::CancelScheduledResponse { cancelled }))
@@ -119,14 +125,12 @@ impl QueueService for QueueApi {
         &self,
         request: Request<pb::RescheduleDelayedRequest>,
     ) -> Result<Response<pb::RescheduleDelayedResponse>, Status> {
-        self.may_publish(&request, 0)?;
         let pb::RescheduleDelayedRequest {
             topic,
             message_id,
             deliver_at,
             delay,
-        } = request.into_inner();
-        convert::check_name("topic", &topic)?;
+        } = self.admit_publisher(request, 0)?;
         convert::message_id(&message_id)?;
         let due = convert::due("", deliver_at, delay, &self.limits)?;
         if due == Due::Now {
@@ -142,13 +146,15 @@ impl QueueService for QueueApi {
         &self,
         request: Request<pb::SubscribeRequest>,
     ) -> Result<Response<SubscribeStream>, Status> {
-        let caller = self.may_subscribe(&request)?;
-        let names = (
-            request.get_ref().topic.clone(),
-            request.get_ref().subscription.clone(),
-        );
+        let (caller, request) = self.admit_subscriber(request)?;
+        let names = authorized::stream_names(&request);
         let slot = self.authorizer.open_stream(&caller)?;
-        let options = convert::subscribe_options(request.into_inner(), &self.limits)?;
+        let mut options = convert::subscribe_options(request, &self.limits)?;
+        options.allowed_topics = Some(authorized::topics_allowed(
+            &self.authorizer,
+            &caller,
+            &options.subscription,
+        ));
         let subscription = self.broker.subscribe(options).await?;
         let responses = ReceiverStream::new(subscription.deliveries).map(convert::deliveries);
         Ok(Response::new(authorized::until_revoked(
@@ -198,13 +204,15 @@ impl QueueService for QueueApi {
         &self,
         request: Request<pb::AckRequest>,
     ) -> Result<Response<pb::AckResponse>, Status> {
-        self.may_subscribe(&request)?;
-        let pb::AckRequest {
-            topic,
-            subscription,
-            ack_ids,
-        } = request.into_inner();
-        let ack_ids = convert::ack_ids(&topic, &subscription, &ack_ids, &self.limits)?;
+        let (
+            _,
+            pb::AckRequest {
+                topic,
+                subscription,
+                ack_ids,
+            },
+        ) = self.admit_subscriber(request)?;
+        let ack_ids = convert::ack_ids(&ack_ids, &self.limits)?;
         // A unary call may be cancelled: it carries no fetches (see `Carry`).
         self.broker
             .ack(
@@ -221,14 +229,16 @@ impl QueueService for QueueApi {
         &self,
         request: Request<pb::NackRequest>,
     ) -> Result<Response<pb::NackResponse>, Status> {
-        self.may_subscribe(&request)?;
-        let pb::NackRequest {
-            topic,
-            subscription,
-            ack_ids,
-            delay,
-        } = request.into_inner();
-        let ack_ids = convert::ack_ids(&topic, &subscription, &ack_ids, &self.limits)?;
+        let (
+            _,
+            pb::NackRequest {
+                topic,
+                subscription,
+                ack_ids,
+                delay,
+            },
+        ) = self.admit_subscriber(request)?;
+        let ack_ids = convert::ack_ids(&ack_ids, &self.limits)?;
         let delay = convert::nack_delay(delay, &self.limits)?;
         self.broker
             .nack(&topic, &subscription, &ack_ids, delay)
@@ -240,14 +250,16 @@ impl QueueService for QueueApi {
         &self,
         request: Request<pb::ModifyAckDeadlineRequest>,
     ) -> Result<Response<pb::ModifyAckDeadlineResponse>, Status> {
-        self.may_subscribe(&request)?;
-        let pb::ModifyAckDeadlineRequest {
-            topic,
-            subscription,
-            ack_ids,
-            ack_deadline,
-        } = request.into_inner();
-        let ack_ids = convert::ack_ids(&topic, &subscription, &ack_ids, &self.limits)?;
+        let (
+            _,
+            pb::ModifyAckDeadlineRequest {
+                topic,
+                subscription,
+                ack_ids,
+                ack_deadline,
+            },
+        ) = self.admit_subscriber(request)?;
+        let ack_ids = convert::ack_ids(&ack_ids, &self.limits)?;
         let ack_deadline =
             ack_deadline.ok_or_else(|| Error::invalid("ack_deadline", "is required"))?;
         let deadline = convert::lease_duration("ack_deadline", ack_deadline, &self.limits, true)?;

@@ -1,18 +1,17 @@
 //! `StreamingSubscribe`: Subscribe with acks, nacks, deadline changes and
 //! flow-control updates on the same stream, so that a client makes no gRPC
 //! call per message. The ids of the requests that arrive while one batch is
-//! being applied are applied together next: one script call per kind.
+//! being applied are applied together next, one script call per kind
+//! ([`crate::broker::AckBatch`]).
 
 use super::convert;
-use crate::auth::{Action, Authorizer, Caller, Resource};
-use crate::broker::ack_id::{self, AckId};
-use crate::broker::{Broker, Carry, FlowControl};
+use super::targets::Target;
+use crate::auth::{Action, Authorizer, Caller};
+use crate::broker::{AckBatch, Broker, FlowControl};
 use crate::config::Limits;
 use crate::error::{Error, Result};
 use crate::pb;
-use crate::store::leases::{self, BatchTimer};
 use futures::future::BoxFuture;
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -41,15 +40,17 @@ pub async fn serve(
         .subscribe
         .clone()
         .ok_or_else(|| Error::invalid("subscribe", "the first request must open the stream"))?;
-    let names = (subscribe.topic.clone(), subscribe.subscription.clone());
-    authorizer.check(
-        &caller,
-        Action::Subscribe,
-        Resource::subscription(&names.0, &names.1),
-    )?;
+    authorizer.check(&caller, Action::Subscribe, subscribe.target())?;
+    subscribe.check_names()?;
+    let names = super::authorized::stream_names(&subscribe);
     let slot = authorizer.open_stream(&caller)?;
-    let options = convert::subscribe_options(subscribe, &limits)?;
-    let stream = Lease {
+    let mut options = convert::subscribe_options(subscribe, &limits)?;
+    options.allowed_topics = Some(super::authorized::topics_allowed(
+        &authorizer,
+        &caller,
+        &options.subscription,
+    ));
+    let stream = StreamNames {
         topic: options.topic.clone(),
         subscription: options.subscription.clone(),
     };
@@ -79,7 +80,7 @@ pub async fn serve(
 
 /// The topic and subscription of the stream.
 #[derive(Clone)]
-struct Lease {
+struct StreamNames {
     topic: String,
     subscription: String,
 }
@@ -87,49 +88,9 @@ struct Lease {
 struct Requests {
     broker: Broker,
     limits: Limits,
-    stream: Lease,
+    stream: StreamNames,
     control: Arc<FlowControl>,
     confirmations: mpsc::Sender<Result<pb::SubscribeResponse, Status>>,
-}
-
-/// Ack ids gathered from requests, to apply together.
-#[derive(Default)]
-struct Batch {
-    acks: Vec<AckId>,
-    /// By nack delay (None: the retry backoff).
-    nacks: BTreeMap<Option<Duration>, Vec<AckId>>,
-    /// By new deadline.
-    modifies: BTreeMap<Duration, Vec<AckId>>,
-    /// Whether some request of the batch asked for a confirmation.
-    confirm: bool,
-    confirmation: pb::AckConfirmation,
-    /// The stream's batch timers these acks finish (see `OpenBatches`).
-    finished: Vec<BatchTimer>,
-}
-
-impl Batch {
-    fn ids(&self) -> usize {
-        self.acks.len()
-            + self.nacks.values().map(Vec::len).sum::<usize>()
-            + self.modifies.values().map(Vec::len).sum::<usize>()
-    }
-
-    /// Every delivery the batch acks, nacks or extends.
-    fn leases(&self) -> impl Iterator<Item = &leases::Lease> {
-        let nacks = self.nacks.values().flatten();
-        let modifies = self.modifies.values().flatten();
-        self.acks
-            .iter()
-            .chain(nacks)
-            .chain(modifies)
-            .map(|id| &id.lease)
-    }
-
-    /// Nothing to apply, and no confirmation asked for (a request with
-    /// `confirm` and no ids still gets one: a barrier for the client).
-    fn is_empty(&self) -> bool {
-        self.ids() == 0 && self.confirmation.invalid_ids.is_empty() && !self.confirm
-    }
 }
 
 /// A batch of acks being applied, with the confirmation to send, if asked for.
@@ -149,7 +110,7 @@ impl Requests {
         first: pb::StreamingSubscribeRequest,
         mut inbound: Streaming<pb::StreamingSubscribeRequest>,
     ) {
-        let mut batch = Batch::default();
+        let mut batch = AckBatch::default();
         let mut applying: Option<Applying> = None;
         let mut open = true;
         if let Err(err) = self.take(first, &mut batch) {
@@ -164,11 +125,12 @@ impl Requests {
                 if !next.acks.is_empty() {
                     next.finished = batches.take_finished(); // else for the next acks
                 }
-                applying = Some(Box::pin(apply(
-                    self.broker.clone(),
-                    self.stream.clone(),
-                    next,
-                )));
+                let (broker, stream) = (self.broker.clone(), self.stream.clone());
+                applying = Some(Box::pin(async move {
+                    let names = (stream.topic.as_str(), stream.subscription.as_str());
+                    let confirmation = broker.apply_ack_batch(names, next).await?;
+                    Ok(confirmation.map(convert::ack_confirmation))
+                }));
             }
             if !open && applying.is_none() {
                 break;
@@ -197,6 +159,7 @@ impl Requests {
                             let response = pb::SubscribeResponse {
                                 messages: Vec::new(),
                                 confirmation: Some(confirmation),
+                                dropped: 0,
                             };
                             let _ = self.confirmations.send(Ok(response)).await;
                         }
@@ -222,7 +185,7 @@ impl Requests {
     }
 
     /// Adds a request's ids to the batch and applies its flow-control updates.
-    fn take(&self, request: pb::StreamingSubscribeRequest, batch: &mut Batch) -> Result<()> {
+    fn take(&self, request: pb::StreamingSubscribeRequest, batch: &mut AckBatch) -> Result<()> {
         let pb::StreamingSubscribeRequest {
             subscribe: _,
             ack_ids,
@@ -252,7 +215,7 @@ impl Requests {
                 )
             })?;
             let deadline = convert::lease_duration("modify_deadline", deadline, limits, true)?;
-            let ids = parse(modify_deadline_ack_ids, batch, confirm);
+            let ids = batch.parse(modify_deadline_ack_ids, confirm);
             if deadline.is_zero() {
                 batch
                     .nacks
@@ -263,109 +226,11 @@ impl Requests {
                 batch.modifies.entry(deadline).or_default().extend(ids);
             }
         }
-        let ids = parse(ack_ids, batch, confirm);
+        let ids = batch.parse(ack_ids, confirm);
         batch.acks.extend(ids);
-        let ids = parse(nack_ids, batch, confirm);
+        let ids = batch.parse(nack_ids, confirm);
         batch.nacks.entry(delay).or_default().extend(ids);
         batch.confirm |= confirm;
         Ok(())
-    }
-}
-
-/// The ack ids redq issued; the others are reported as invalid when the
-/// request asks for a confirmation, and ignored otherwise.
-fn parse(ids: Vec<String>, batch: &mut Batch, confirm: bool) -> Vec<AckId> {
-    let mut parsed = Vec::with_capacity(ids.len());
-    for id in ids {
-        match ack_id::parse(&id) {
-            Some(ack_id) => parsed.push(ack_id),
-            None if confirm => batch.confirmation.invalid_ids.push(id),
-            None => {}
-        }
-    }
-    parsed
-}
-
-/// Applies a batch: one ack call, one nack call per delay, one extension per
-/// deadline. Returns the confirmation, when one was asked for.
-async fn apply(broker: Broker, stream: Lease, batch: Batch) -> Result<Option<pb::AckConfirmation>> {
-    let Lease {
-        topic,
-        subscription,
-    } = &stream;
-    let Batch {
-        acks,
-        nacks,
-        modifies,
-        confirm,
-        mut confirmation,
-        finished,
-    } = batch;
-    if !acks.is_empty() {
-        let names = (topic.as_str(), subscription.as_str());
-        if confirm {
-            let applied = broker
-                .ack_confirmed(names, &acks, finished, Carry::Fetches)
-                .await?;
-            sort(
-                acks,
-                applied,
-                &mut confirmation.acked_ids,
-                &mut confirmation.lost_ids,
-            );
-        } else {
-            broker.ack(names, &acks, finished, Carry::Fetches).await?;
-        }
-    }
-    for (delay, ids) in nacks {
-        if ids.is_empty() {
-            continue;
-        }
-        let lost = lost(broker.nack(topic, subscription, &ids, delay).await)?;
-        if confirm {
-            let applied = ids.iter().map(|id| !lost.contains(&id.text)).collect();
-            sort(
-                ids,
-                applied,
-                &mut confirmation.nacked_ids,
-                &mut confirmation.lost_ids,
-            );
-        }
-    }
-    for (deadline, ids) in modifies {
-        let lost = lost(
-            broker
-                .modify_ack_deadline(topic, subscription, &ids, deadline)
-                .await,
-        )?;
-        if confirm {
-            let applied = ids.iter().map(|id| !lost.contains(&id.text)).collect();
-            sort(
-                ids,
-                applied,
-                &mut confirmation.modified_ids,
-                &mut confirmation.lost_ids,
-            );
-        }
-    }
-    Ok(confirm.then_some(confirmation))
-}
-
-/// The ack ids a lease call found lost; other errors end the stream.
-fn lost(result: Result<()>) -> Result<std::collections::HashSet<String>> {
-    match result {
-        Ok(()) => Ok(Default::default()),
-        Err(Error::LeaseLost(lost)) => Ok(lost.into_iter().collect()),
-        Err(err) => Err(err),
-    }
-}
-
-fn sort(ids: Vec<AckId>, applied: Vec<bool>, done: &mut Vec<String>, lost: &mut Vec<String>) {
-    for (id, applied) in ids.into_iter().zip(applied) {
-        if applied {
-            done.push(id.text)
-        } else {
-            lost.push(id.text)
-        }
     }
 }

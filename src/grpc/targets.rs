@@ -1,43 +1,85 @@
-//! What each request acts on, for its authorization: one place that maps
-//! every request type to its topic (and subscription).
+//! What each request acts on: the one place that maps every request type to
+//! its topic (and subscription), for its authorization, and that checks the
+//! names it carries, both before any handler runs.
 
+use super::convert::check_name;
 use crate::auth::Resource;
+use crate::error::Result;
 use crate::pb;
 
 pub trait Target {
+    /// The topic (and subscription) the request acts on.
     fn target(&self) -> Resource<'_>;
+
+    /// Its names, each with the field it came from.
+    fn names(&self) -> Vec<(&'static str, &str)>;
+
+    /// INVALID_ARGUMENT naming the first field whose name is not valid.
+    fn check_names(&self) -> Result<()> {
+        self.names()
+            .into_iter()
+            .try_for_each(|(field, name)| check_name(field, name))
+    }
 }
 
 macro_rules! targets {
-    ($($request:ty => |$r:ident| $resource:expr;)+) => {
+    ($($request:ty => $resource:ident($($field:ident),+);)+) => {
         $(impl Target for $request {
             fn target(&self) -> Resource<'_> {
-                let $r = self;
-                $resource
+                Resource::$resource($(&self.$field),+)
+            }
+
+            fn names(&self) -> Vec<(&'static str, &str)> {
+                vec![$((stringify!($field), self.$field.as_str())),+]
             }
         })+
     };
 }
 
 targets! {
-    pb::PublishRequest => |r| Resource::topic(&r.topic);
-    pb::ScheduleDelayedRequest => |r| Resource::topic(&r.topic);
-    pb::CancelScheduledRequest => |r| Resource::topic(&r.topic);
-    pb::RescheduleDelayedRequest => |r| Resource::topic(&r.topic);
-    pb::SubscribeRequest => |r| Resource::subscription(&r.topic, &r.subscription);
-    pb::AckRequest => |r| Resource::subscription(&r.topic, &r.subscription);
-    pb::NackRequest => |r| Resource::subscription(&r.topic, &r.subscription);
-    pb::ModifyAckDeadlineRequest => |r| Resource::subscription(&r.topic, &r.subscription);
-    pb::CreateTopicRequest => |r| Resource::topic(&r.name);
-    pb::GetTopicRequest => |r| Resource::topic(&r.name);
-    pb::UpdateTopicRequest => |r| Resource::topic(&r.name);
-    pb::DeleteTopicRequest => |r| Resource::topic(&r.name);
-    pb::CreateSubscriptionRequest => |r| Resource::subscription(&r.topic, &r.name);
-    pb::GetSubscriptionRequest => |r| Resource::subscription(&r.topic, &r.name);
-    pb::UpdateSubscriptionRequest => |r| Resource::subscription(&r.topic, &r.name);
-    pb::DeleteSubscriptionRequest => |r| Resource::subscription(&r.topic, &r.name);
-    pb::ListDeadLettersRequest => |r| Resource::subscription(&r.topic, &r.subscription);
-    pb::RedriveDeadLettersRequest => |r| Resource::subscription(&r.topic, &r.subscription);
-    pb::PurgeDeadLettersRequest => |r| Resource::subscription(&r.topic, &r.subscription);
-    pb::SeekRequest => |r| Resource::subscription(&r.topic, &r.subscription);
+    pb::PublishRequest => topic(topic);
+    pb::PublishStreamRequest => topic(topic);
+    pb::ScheduleDelayedRequest => topic(topic);
+    pb::CancelScheduledRequest => topic(topic);
+    pb::RescheduleDelayedRequest => topic(topic);
+    pb::AckRequest => subscription(topic, subscription);
+    pb::NackRequest => subscription(topic, subscription);
+    pb::ModifyAckDeadlineRequest => subscription(topic, subscription);
+    pb::CreateTopicRequest => topic(name);
+    pb::GetTopicRequest => topic(name);
+    pb::UpdateTopicRequest => topic(name);
+    pb::DeleteTopicRequest => topic(name);
+    pb::CreateSubscriptionRequest => subscription(topic, name);
+    pb::GetSubscriptionRequest => subscription(topic, name);
+    pb::ListSubscriptionsRequest => topic(topic);
+    pb::UpdateSubscriptionRequest => subscription(topic, name);
+    pb::DeleteSubscriptionRequest => subscription(topic, name);
+    pb::ListDeadLettersRequest => subscription(topic, subscription);
+    pb::RedriveDeadLettersRequest => subscription(topic, subscription);
+    pb::PurgeDeadLettersRequest => subscription(topic, subscription);
+    pb::SeekRequest => subscription(topic, subscription);
+}
+
+/// A Subscribe request names a topic, or a pattern of EPHEMERAL topics
+/// instead (see `convert::subscribe_pattern`); a pattern stream's grants
+/// are checked again for each topic it delivers from.
+impl Target for pb::SubscribeRequest {
+    fn target(&self) -> Resource<'_> {
+        if self.topic.is_empty() && !self.pattern.is_empty() {
+            Resource::subscription(&self.pattern, &self.subscription)
+        } else {
+            Resource::subscription(&self.topic, &self.subscription)
+        }
+    }
+
+    fn names(&self) -> Vec<(&'static str, &str)> {
+        if self.topic.is_empty() && !self.pattern.is_empty() {
+            vec![("subscription", self.subscription.as_str())]
+        } else {
+            vec![
+                ("topic", self.topic.as_str()),
+                ("subscription", self.subscription.as_str()),
+            ]
+        }
+    }
 }

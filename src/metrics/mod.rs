@@ -8,9 +8,9 @@
 mod ordering;
 mod security;
 
-use crate::store::Store;
+use crate::model::{Published, TopicKind};
 use crate::store::gauges::TopicGauges;
-use crate::store::stream::Published;
+use crate::store::{Store, TopicKeys};
 use axum::Router;
 use axum::extract::State;
 use axum::http::header::CONTENT_TYPE;
@@ -60,6 +60,12 @@ struct TopicLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TopicKindLabels {
+    topic: String,
+    kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct SubscriptionLabels {
     topic: String,
     subscription: String,
@@ -86,6 +92,8 @@ struct Inner {
     published: Family<TopicLabels, Counter>,
     scheduled: Family<TopicLabels, Counter>,
     duplicates: Family<TopicLabels, Counter>,
+    ephemeral_delivered: Family<TopicLabels, Counter>,
+    ephemeral_dropped: Family<TopicLabels, Counter>,
     delivered: Family<SubscriptionLabels, Counter>,
     redelivered: Family<SubscriptionLabels, Counter>,
     acked: Family<SubscriptionLabels, Counter>,
@@ -97,6 +105,7 @@ struct Inner {
     publish_duration: Family<RpcLabels, Histogram>,
     lateness: Histogram,
     stream_length: Family<TopicLabels, Gauge>,
+    kind: Family<TopicKindLabels, Gauge>,
     scheduled_now: Family<TopicLabels, Gauge>,
     pending: Family<SubscriptionLabels, Gauge>,
     lag: Family<SubscriptionLabels, Gauge>,
@@ -125,6 +134,8 @@ impl Metrics {
             labelled: Mutex::default(),
             scrape: tokio::sync::Mutex::new(()),
             published: Family::default(),
+            ephemeral_delivered: Family::default(),
+            ephemeral_dropped: Family::default(),
             scheduled: Family::default(),
             duplicates: Family::default(),
             delivered: Family::default(),
@@ -138,6 +149,7 @@ impl Metrics {
             publish_duration,
             lateness,
             stream_length: Family::default(),
+            kind: Family::default(),
             scheduled_now: Family::default(),
             pending: Family::default(),
             lag: Family::default(),
@@ -162,6 +174,16 @@ impl Metrics {
             "redq_messages_published",
             "Messages accepted by Publish and ScheduleDelayed (duplicates excluded)",
             inner.published.clone(),
+        );
+        r.register(
+            "redq_ephemeral_delivered",
+            "Messages of EPHEMERAL topics sent to this replica's streams",
+            inner.ephemeral_delivered.clone(),
+        );
+        r.register(
+            "redq_ephemeral_dropped",
+            "Messages of EPHEMERAL topics this replica's streams lost because they fell behind",
+            inner.ephemeral_dropped.clone(),
         );
         r.register(
             "redq_messages_scheduled",
@@ -222,6 +244,11 @@ impl Metrics {
             "redq_delivery_lateness_seconds",
             "First delivery time of a scheduled message minus its due time (Redis' clock)",
             inner.lateness.clone(),
+        );
+        r.register(
+            "redq_topic_kind",
+            "1 for the topic's kind (STREAM, EPHEMERAL or LIST), read at scrape time",
+            inner.kind.clone(),
         );
         r.register(
             "redq_topic_stream_length",
@@ -309,6 +336,24 @@ impl Metrics {
             topic,
             subscription,
         }
+    }
+
+    /// Counts messages of an EPHEMERAL topic sent to a stream.
+    pub fn ephemeral_delivered(&self, topic: &str, count: u64) {
+        let labels = self.topic_labels(topic);
+        self.inner
+            .ephemeral_delivered
+            .get_or_create(&labels)
+            .inc_by(count);
+    }
+
+    /// Counts messages of an EPHEMERAL topic a stream lost (it fell behind).
+    pub fn ephemeral_dropped(&self, topic: &str, count: u64) {
+        let labels = self.topic_labels(topic);
+        self.inner
+            .ephemeral_dropped
+            .get_or_create(&labels)
+            .inc_by(count);
     }
 
     /// Counts what one publish did.
@@ -403,12 +448,12 @@ impl Metrics {
         }
     }
 
-    /// `GET /metrics`.
     /// The metrics of TLS, authentication and abuse limits.
     pub fn security(&self) -> &SecurityMetrics {
         &self.inner.security
     }
 
+    /// `GET /metrics`.
     pub fn routes(&self, store: Store) -> Router {
         Router::new()
             .route("/metrics", get(scrape))
@@ -437,8 +482,14 @@ impl Metrics {
         let mut read = Vec::with_capacity(topics.len());
         let complete = tokio::time::timeout(SCRAPE_TIMEOUT, async {
             for topic in &topics {
-                match store.gauges(topic).await {
-                    Ok(gauges) => read.push((topic, gauges)),
+                let gauges = async {
+                    let (_, kind) = store.topic_config(&TopicKeys::new(topic)).await?;
+                    let kind = kind.unwrap_or_default();
+                    let gauges = store.gauges(&TopicKeys::of_kind(topic, &kind)).await?;
+                    Ok::<_, crate::error::Error>((gauges, kind))
+                };
+                match gauges.await {
+                    Ok((gauges, kind)) => read.push((topic, gauges, kind)),
                     Err(err) => {
                         tracing::warn!(%topic, error = ?err, "metrics: could not read gauges");
                         return false;
@@ -467,8 +518,9 @@ impl Metrics {
         text
     }
 
-    fn set_gauges(&self, read: Vec<(&String, TopicGauges)>) {
+    fn set_gauges(&self, read: Vec<(&String, TopicGauges, TopicKind)>) {
         let inner = &self.inner;
+        inner.kind.clear();
         inner.stream_length.clear();
         inner.scheduled_now.clear();
         inner.pending.clear();
@@ -479,33 +531,26 @@ impl Metrics {
         let now_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
-        for (topic, gauges) in read {
+        for (topic, gauges, kind) in read {
+            let kind_labels = TopicKindLabels {
+                topic: topic.clone(),
+                kind: kind.name().into(),
+            };
+            inner.kind.get_or_create(&kind_labels).set(1);
             let labels = TopicLabels {
                 topic: topic.clone(),
             };
-            inner
-                .stream_length
-                .get_or_create(&labels)
-                .set(saturating(gauges.stream_length));
-            inner
-                .scheduled_now
-                .get_or_create(&labels)
-                .set(saturating(gauges.scheduled));
+            set_count(&inner.stream_length, &labels, gauges.stream_length);
+            set_count(&inner.scheduled_now, &labels, gauges.scheduled);
             for sub in gauges.subscriptions {
                 let labels = SubscriptionLabels {
                     topic: topic.clone(),
                     subscription: sub.name,
                 };
-                inner
-                    .pending
-                    .get_or_create(&labels)
-                    .set(saturating(sub.pending));
-                inner
-                    .dead_letters
-                    .get_or_create(&labels)
-                    .set(saturating(sub.dead_letters));
+                set_count(&inner.pending, &labels, sub.pending);
+                set_count(&inner.dead_letters, &labels, sub.dead_letters);
                 if let Some(lag) = sub.lag {
-                    inner.lag.get_or_create(&labels).set(saturating(lag));
+                    set_count(&inner.lag, &labels, lag);
                 }
                 let age = sub.oldest_unacked_ms.map_or(0.0, |oldest| {
                     let now = gauges.redis_now_ms.unwrap_or(now_ms);
@@ -518,8 +563,15 @@ impl Metrics {
     }
 }
 
-fn saturating(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
+/// Sets the gauge of `labels` to a count read from Redis, which is unsigned
+/// where a Prometheus gauge is signed: beyond `i64::MAX` it stays there.
+fn set_count<L>(family: &Family<L, Gauge>, labels: &L, count: u64)
+where
+    L: Clone + std::hash::Hash + Eq,
+{
+    family
+        .get_or_create(labels)
+        .set(i64::try_from(count).unwrap_or(i64::MAX));
 }
 
 async fn scrape(State((metrics, store)): State<(Metrics, Store)>) -> impl IntoResponse {

@@ -1,8 +1,8 @@
 //! Gauges of ordered subscriptions, read at scrape time: keys in use, entries
 //! waiting for their key, and whether a subscription reached its cap.
 
-use super::SubscriptionLabels;
-use crate::store::ordering::OrderingStats;
+use super::{SubscriptionLabels, set_count};
+use crate::model::OrderingStats;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
@@ -53,11 +53,8 @@ impl OrderingGauges {
         if stats.active_keys == 0 && stats.blocked == 0 {
             return;
         }
-        let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-        self.active_keys
-            .get_or_create(labels)
-            .set(count(stats.active_keys));
-        self.blocked.get_or_create(labels).set(count(stats.blocked));
+        set_count(&self.active_keys, labels, stats.active_keys);
+        set_count(&self.blocked, labels, stats.blocked);
         self.oldest_blocked.get_or_create(labels).set(
             stats
                 .oldest_blocked_age

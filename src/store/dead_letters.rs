@@ -2,39 +2,14 @@
 //! delivery attempts, with how many there were and why the last one failed.
 
 use super::hints::{Hinted, hint_args};
+use super::replies::as_array;
 use super::scripts::REDRIVE_DEAD_LETTERS;
-use super::stream::{
-    Entry, as_array, decode_entry_with, entry_id_after, entry_time_ms, is_entry_id,
-};
+use super::stream::decode_entry_with;
 use super::{Store, TopicKeys};
 use crate::error::{Error, Result};
+use crate::model::{DeadLetter, DeadLetterPage, DeadLetterReason};
+use crate::model::{entry_id_after, entry_time_ms, is_entry_id};
 use redis::Value;
-
-/// Why a message was dead-lettered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DeadLetterReason {
-    Nacked,
-    DeadlineExceeded,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct DeadLetter {
-    /// Id of the dead letter itself (its entry in the dead-letter stream).
-    pub id: String,
-    /// The message, as published; its `id` is its entry id in the topic stream.
-    pub entry: Entry,
-    pub attempts: u32,
-    pub reason: Option<DeadLetterReason>,
-    pub dead_lettered_ms: u64,
-}
-
-/// One page of dead letters.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct DeadLetterPage {
-    pub dead_letters: Vec<DeadLetter>,
-    /// Where the next page starts; None on the last page.
-    pub next_after: Option<String>,
-}
 
 impl Store {
     /// Up to `page_size` dead letters after the one with id `after` (from the oldest when None).
@@ -80,7 +55,7 @@ impl Store {
 
 impl Store {
     /// Gives up to `limit` dead letters (the oldest, or those in `ids`) back
-    /// to their subscription; returns how many.
+    /// to their subscription (a LIST topic's, onto its list); returns how many.
     pub async fn redrive_dead_letters(
         &self,
         keys: &TopicKeys,
@@ -89,10 +64,12 @@ impl Store {
         limit: u32,
     ) -> Result<u64> {
         let mut conn = self.connection().await?;
-        Ok(REDRIVE_DEAD_LETTERS
-            .key(keys.dead_letters(subscription))
-            .key(keys.stream())
-            .key(keys.watchers())
+        let mut invocation = REDRIVE_DEAD_LETTERS.key(keys.dead_letters(subscription));
+        invocation.key(keys.stream()).key(keys.watchers());
+        if let Some([list, _]) = keys.list_keys() {
+            invocation.key(list);
+        }
+        Ok(invocation
             .arg(subscription)
             .arg(limit)
             .arg(&hint_args(self, keys, Hinted::All)[..])

@@ -1,10 +1,11 @@
 //! Point-in-time sizes of a topic and its subscriptions, read for the
-//! Prometheus gauges, and the state of the connection pool.
+//! Prometheus gauges, Redis' memory use, and the state of the connection pool.
 
-use super::ordering::{ORDERING_READS, OrderingStats, queue_ordering_reads, read_ordering};
-use super::stream::{as_array, as_int, as_string, entry_time_ms};
+use super::ordering::{ORDERING_READS, queue_ordering_reads, read_ordering};
+use super::replies::{GroupInfo, as_array, as_int, as_string, group_info};
 use super::{Store, TopicKeys};
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::model::{OrderingStats, entry_time_ms};
 use redis::Value;
 
 /// Sizes of one topic at one moment.
@@ -42,6 +43,35 @@ pub struct PoolState {
 }
 
 impl Store {
+    /// Redis' memory use as a fraction of `maxmemory`, the fullest master's
+    /// on a cluster; None when no limit is set.
+    pub async fn memory_use(&self) -> Result<Option<f64>> {
+        let mut conn = self.shared();
+        let replies = conn
+            .on_every_master(redis::cmd("INFO").arg("memory"))
+            .await?;
+        let mut fullest: Option<f64> = None;
+        for reply in replies {
+            let info: String = redis::from_redis_value(reply)
+                .map_err(|_| Error::Corrupt("INFO memory is not text".into()))?;
+            let field = |name: &str| {
+                info.lines().find_map(|line| {
+                    line.strip_prefix(name)?
+                        .strip_prefix(':')?
+                        .trim()
+                        .parse::<f64>()
+                        .ok()
+                })
+            };
+            if let (Some(used), Some(max)) = (field("used_memory"), field("maxmemory"))
+                && max > 0.0
+            {
+                fullest = Some(fullest.map_or(used / max, |f| f.max(used / max)));
+            }
+        }
+        Ok(fullest)
+    }
+
     /// The pool's connections; none on a cluster, which has no pool.
     pub fn pool_state(&self) -> PoolState {
         match self.pool_statistics() {
@@ -56,10 +86,9 @@ impl Store {
         }
     }
 
-    /// Reads the sizes of `topic` in at most three round trips; not atomic,
-    /// which gauges do not need.
-    pub async fn gauges(&self, topic: &str) -> Result<TopicGauges> {
-        let keys = TopicKeys::new(topic);
+    /// Reads the sizes of `keys`' topic in at most three round trips (four
+    /// on a LIST topic); not atomic, which gauges do not need.
+    pub async fn gauges(&self, keys: &TopicKeys) -> Result<TopicGauges> {
         let mut conn = self.connection().await?;
         let (exists, stream_length, scheduled, time): (bool, u64, u64, (u64, u64)) = redis::pipe()
             .cmd("EXISTS")
@@ -86,7 +115,13 @@ impl Store {
             .query_async(&mut conn)
             .await?;
         for group in as_array(groups)? {
-            gauges.subscriptions.push(group_gauges(group)?);
+            let GroupInfo { name, pending, lag } = group_info(group)?;
+            gauges.subscriptions.push(SubscriptionGauges {
+                name,
+                pending,
+                lag,
+                ..Default::default()
+            });
         }
         if gauges.subscriptions.is_empty() {
             return Ok(gauges);
@@ -98,16 +133,24 @@ impl Store {
                 .cmd("XPENDING")
                 .arg(keys.stream())
                 .arg(&sub.name);
-            queue_ordering_reads(&mut pipe, &keys, &sub.name);
+            queue_ordering_reads(&mut pipe, keys, &sub.name);
         }
         let replies: Vec<Value> = pipe.query_async(&mut conn).await?;
         let mut replies = replies.into_iter();
         let now_ms = gauges.redis_now_ms.unwrap_or(0);
+        // A LIST topic's elements not yet taken wait in its list.
+        let waiting = match keys.list_keys() {
+            Some(_) => self.list_length(keys).await?,
+            None => 0,
+        };
         for sub in &mut gauges.subscriptions {
             let (Some(dead_letters), Some(summary)) = (replies.next(), replies.next()) else {
                 break;
             };
             sub.dead_letters = u64::try_from(as_int(dead_letters)?).unwrap_or(0);
+            if waiting > 0 {
+                sub.lag = Some(sub.lag.unwrap_or(0) + waiting);
+            }
             // XPENDING summary: [count, smallest id, greatest id, [[consumer, count]…]]
             sub.oldest_unacked_ms = as_array(summary)?
                 .into_iter()
@@ -118,59 +161,5 @@ impl Store {
             sub.ordering = read_ordering(&mut ordering, now_ms)?;
         }
         Ok(gauges)
-    }
-}
-
-/// One entry of XINFO GROUPS: a flat list of field names and values
-/// (a map with RESP3).
-fn group_gauges(group: Value) -> Result<SubscriptionGauges> {
-    let pairs: Vec<(Value, Value)> = match group {
-        Value::Map(pairs) => pairs,
-        other => {
-            let mut flat = as_array(other)?.into_iter();
-            let mut pairs = Vec::new();
-            while let (Some(k), Some(v)) = (flat.next(), flat.next()) {
-                pairs.push((k, v));
-            }
-            pairs
-        }
-    };
-    let mut sub = SubscriptionGauges::default();
-    for (name, value) in pairs {
-        match as_string(name)?.as_str() {
-            "name" => sub.name = as_string(value)?,
-            "pending" => sub.pending = u64::try_from(as_int(value)?).unwrap_or(0),
-            "lag" => sub.lag = as_int(value).ok().and_then(|n| u64::try_from(n).ok()),
-            _ => {}
-        }
-    }
-    Ok(sub)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn bulk(s: &str) -> Value {
-        Value::BulkString(s.as_bytes().to_vec())
-    }
-
-    #[test]
-    fn group_fields_are_read_by_name() {
-        let group = Value::Array(vec![
-            bulk("name"),
-            bulk("billing"),
-            bulk("consumers"),
-            Value::Int(2),
-            bulk("pending"),
-            Value::Int(3),
-            bulk("lag"),
-            Value::Int(7),
-        ]);
-        let sub = group_gauges(group).unwrap();
-        assert_eq!(sub.name, "billing");
-        assert_eq!((sub.pending, sub.lag), (3, Some(7)));
-        let unknown_lag = Value::Array(vec![bulk("name"), bulk("b"), bulk("lag"), Value::Nil]);
-        assert_eq!(group_gauges(unknown_lag).unwrap().lag, None);
     }
 }

@@ -1,25 +1,71 @@
 //! The only place Redis key names are built.
 //!
 //! Every key of a topic carries the hash tag `{<topic>}` so that each Lua
-//! script touches a single Redis Cluster slot.
+//! script touches a single Redis Cluster slot. A LIST topic's list is the
+//! user's key, not redq's; LIST topics are refused on a cluster.
+
+use crate::model::TopicKind;
 
 /// ZSET (all scores 0, so ordered by name) of every topic.
 pub const TOPICS: &str = "redq:topics";
 
+/// HASH of the Redis lists that LIST topics consume: list key → topic.
+pub const LISTS: &str = "redq:lists";
+
 /// Pub/Sub channel on which replicas hint each other that work is ready.
 pub const HINTS_CHANNEL: &str = "redq:hints";
 
-/// The keys of one topic.
+/// Prefix of the Pub/Sub channels of EPHEMERAL topics: `redq:ephemeral:<topic>`.
+pub const EPHEMERAL_CHANNELS: &str = "redq:ephemeral:";
+
+/// The channel pattern every pattern stream of a replica shares: Redis ACLs
+/// compare a PSUBSCRIBE pattern literally with the allowed ones, so one
+/// fixed pattern (`&redq:ephemeral:*`) is what a least-privilege user can
+/// be granted; each stream filters by its own NATS-style pattern.
+pub const EVERY_EPHEMERAL_CHANNEL: &str = "redq:ephemeral:*";
+
+/// The topic an EPHEMERAL channel belongs to.
+pub fn topic_of_channel(channel: &str) -> Option<&str> {
+    channel.strip_prefix(EPHEMERAL_CHANNELS)
+}
+
+/// The keys of one topic; for a LIST topic, also the Redis list it consumes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicKeys {
     topic: String,
+    /// A LIST topic's list: a key of the user's, outside redq's names.
+    list: Option<String>,
 }
 
 impl TopicKeys {
     pub fn new(topic: &str) -> Self {
         Self {
             topic: topic.to_owned(),
+            list: None,
         }
+    }
+
+    /// The keys of a topic of `kind`: a LIST topic's include its list.
+    pub fn of_kind(topic: &str, kind: &TopicKind) -> Self {
+        Self {
+            topic: topic.to_owned(),
+            list: match kind {
+                TopicKind::List { key } => Some(key.clone()),
+                TopicKind::Stream | TopicKind::Ephemeral => None,
+            },
+        }
+    }
+
+    /// A LIST topic's list and its [`Self::staging`] list; None for other kinds.
+    pub fn list_keys(&self) -> Option<[String; 2]> {
+        Some([self.list.clone()?, self.staging()])
+    }
+
+    /// LIST of a LIST topic's elements that a replica's blocking move took
+    /// off the topic's list (see `broker/list/`), for the next fetch to
+    /// take first: an element there is never lost when that replica dies.
+    pub fn staging(&self) -> String {
+        format!("redq:{{{}}}:list:staging", self.topic)
     }
 
     /// The topic's name.
@@ -30,6 +76,11 @@ impl TopicKeys {
     /// The stream holding the topic's messages; one consumer group per subscription.
     pub fn stream(&self) -> String {
         format!("redq:{{{}}}:stream", self.topic)
+    }
+
+    /// The Pub/Sub channel of an EPHEMERAL topic.
+    pub fn channel(&self) -> String {
+        format!("{EPHEMERAL_CHANNELS}{}", self.topic)
     }
 
     /// HASH of the topic's settings and counters (`published`, `dropped`).
@@ -71,44 +122,52 @@ impl TopicKeys {
         format!("redq:{{{}}}:sub:{}", self.topic, subscription)
     }
 
+    /// One of the subscription's own keys: `redq:{<topic>}:sub:<name>:<part>`.
+    fn of_subscription(&self, subscription: &str, part: &str) -> String {
+        format!("redq:{{{}}}:sub:{}:{}", self.topic, subscription, part)
+    }
+
     /// ZSET of the subscription's pending entries: id → when something is due
     /// for it (the end of its lease, or its retry time while parked).
     pub fn timers(&self, subscription: &str) -> String {
-        format!("redq:{{{}}}:sub:{}:timers", self.topic, subscription)
+        self.of_subscription(subscription, "timers")
     }
 
     /// STREAM of the subscription's dead letters.
     pub fn dead_letters(&self, subscription: &str) -> String {
-        format!("redq:{{{}}}:sub:{}:dlq", self.topic, subscription)
+        self.of_subscription(subscription, "dlq")
     }
 
     /// HASH of an ordered subscription's keys in use: ordering key → the
     /// entry that holds it (leased, or parked for a retry).
     pub fn key_holders(&self, subscription: &str) -> String {
-        format!("redq:{{{}}}:sub:{}:holders", self.topic, subscription)
+        self.of_subscription(subscription, "holders")
     }
 
     /// HASH, the other way round: holding entry id → its ordering key.
     pub fn held_keys(&self, subscription: &str) -> String {
-        format!("redq:{{{}}}:sub:{}:held", self.topic, subscription)
+        self.of_subscription(subscription, "held")
     }
 
     /// ZSET (all scores 0) of an ordered subscription's entries waiting for
     /// their key: members `<key length>:<key> <entry id, zero-padded>`, so
     /// that one key's entries sort together, in stream order.
     pub fn blocked(&self, subscription: &str) -> String {
-        format!("redq:{{{}}}:sub:{}:blocked", self.topic, subscription)
+        self.of_subscription(subscription, "blocked")
     }
 
     /// ZSET of an ordered subscription's entries that took their key after
     /// waiting and wait for a consumer now: entry id → when they took it.
     pub fn ready(&self, subscription: &str) -> String {
-        format!("redq:{{{}}}:sub:{}:ready", self.topic, subscription)
+        self.of_subscription(subscription, "ready")
     }
 
-    /// The keys a lease operation on `subscription` touches, in script order.
-    pub fn lease_keys(&self, subscription: &str) -> [String; 8] {
-        [
+    /// The keys a lease operation on `subscription` touches, in script
+    /// order; on a LIST topic, then its list and staging list (see
+    /// [`Self::list_keys`]): the scripts take their new entries from the
+    /// list, and delete the entries they are done with.
+    pub fn lease_keys(&self, subscription: &str) -> Vec<String> {
+        let mut keys = vec![
             self.stream(),
             self.timers(subscription),
             self.subscription(subscription),
@@ -117,7 +176,9 @@ impl TopicKeys {
             self.held_keys(subscription),
             self.blocked(subscription),
             self.ready(subscription),
-        ]
+        ];
+        keys.extend(self.list_keys().into_iter().flatten());
+        keys
     }
 }
 
@@ -129,6 +190,7 @@ mod tests {
     fn keys_of_a_topic_share_one_hash_tag() {
         let keys = TopicKeys::new("orders");
         assert_eq!(keys.stream(), "redq:{orders}:stream");
+        assert_eq!(keys.lease_keys("billing").len(), 8);
         assert_eq!(keys.timers("billing"), "redq:{orders}:sub:billing:timers");
         let mut all = vec![
             keys.stream(),
@@ -137,6 +199,7 @@ mod tests {
             keys.dedupe("d"),
             keys.request_dedupe("r"),
             keys.watchers(),
+            keys.staging(),
         ];
         all.extend(keys.lease_keys("billing"));
         for key in &all {
@@ -147,5 +210,26 @@ mod tests {
         for key in all {
             assert_eq!(redis::cluster_routing::Slot::for_key(&key), slot, "{key}");
         }
+    }
+
+    #[test]
+    fn a_list_topics_lease_keys_end_with_its_list_and_staging_list() {
+        let kind = TopicKind::List {
+            key: "queue:jobs".into(),
+        };
+        let keys = TopicKeys::of_kind("jobs", &kind);
+        let lease_keys = keys.lease_keys("workers");
+        assert_eq!(
+            lease_keys[8..],
+            [
+                "queue:jobs".to_owned(),
+                "redq:{jobs}:list:staging".to_owned()
+            ]
+        );
+        assert!(
+            TopicKeys::of_kind("jobs", &TopicKind::Stream)
+                .list_keys()
+                .is_none()
+        );
     }
 }

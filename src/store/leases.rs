@@ -1,29 +1,22 @@
-//! Subscriptions, deliveries and their leases: a consumer group's pending
+//! Deliveries and their leases: a consumer group's pending
 //! entries plus a ZSET of timers per subscription (when a lease ends, or when
 //! a parked entry is due for retry). A lease ends with an ack; or it runs
 //! out or is nacked, and the entry waits out its retry backoff (or goes to
 //! the dead letters after its last attempt) before the next consumer gets it.
 
+use super::replies::{as_array, as_int, as_string};
 use super::scripts::{
-    ACK, END_LEASES, ENSURE_SUBSCRIPTION, EXTEND_LEASES, FETCH_DELIVERIES, Invocation,
-    PRUNE_CONSUMERS, RELEASE_CONSUMER, RETURN_UNSENT,
+    ACK, END_LEASES, EXTEND_LEASES, FETCH_DELIVERIES, Invocation, PRUNE_CONSUMERS,
+    RELEASE_CONSUMER, RETURN_UNSENT,
 };
-use super::stream::{Entry, GroupStart, as_array, as_int, as_string, decode_entry, parse_entry_id};
-use super::topics::SubscriptionSettings;
-use super::{Store, TopicKeys};
+use super::stream::decode_entry;
+use super::{Connection, Store, TopicKeys};
 use crate::error::{Error, Result};
+use crate::model::{BatchTimer, Lease};
+use crate::model::{Entry, parse_entry_id};
 use redis::Value;
 use std::collections::BTreeMap;
 use std::time::Duration;
-
-/// One delivery of an entry to a consumer: what an ack id stands for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Lease {
-    pub entry_id: String,
-    pub consumer: String,
-    /// Delivery count of the entry when it was handed to `consumer`.
-    pub attempt: u32,
-}
 
 /// What a consumer fetches.
 #[derive(Debug, Default)]
@@ -48,16 +41,6 @@ pub struct Fetched {
     pub acked: Option<Result<Acked>>,
     /// The batch timer the fetch set for the new entries it read, if any.
     pub batch: Option<NewBatch>,
-}
-
-/// The timer one fetch sets for the new entries it reads (fetch_deliveries.lua):
-/// it ends the leases of the entries `first..=last` that `consumer` still
-/// holds at delivery count 1 and that have no timer of their own.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BatchTimer {
-    pub consumer: String,
-    pub first: String,
-    pub last: String,
 }
 
 /// A fetch's batch timer, with how many of its deliveries it covers: the
@@ -86,8 +69,9 @@ pub struct AckRequest {
 pub struct Acked {
     /// Deliveries acked.
     pub count: u64,
-    /// Their entry ids, when asked for, and always on an ordered subscription.
-    pub ids: Vec<String>,
+    /// The deliveries acked, when asked for, and always on an ordered
+    /// subscription. Their entry ids are as Redis writes them (`7-0`).
+    pub leases: Vec<Lease>,
     /// The subscription delivers in order per ordering key, which refuses
     /// acks of deliveries that are no longer current.
     pub ordered: bool,
@@ -121,52 +105,7 @@ pub struct ConsumerSpec {
     pub ordered: bool,
 }
 
-/// How a subscription retries and when it gives up.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RetryPolicy {
-    pub minimum_backoff: Duration,
-    pub maximum_backoff: Duration,
-    /// Deliveries before a message is dead-lettered; 0 for unlimited.
-    pub max_delivery_attempts: u32,
-}
-
 impl Store {
-    /// Creates the subscription with `settings` unless it exists (an existing
-    /// one keeps its settings); true when created.
-    pub async fn ensure_subscription(
-        &self,
-        keys: &TopicKeys,
-        subscription: &str,
-        start: GroupStart,
-        settings: &SubscriptionSettings,
-    ) -> Result<bool> {
-        let retry = settings.retry;
-        let start_id = match start {
-            GroupStart::Earliest => "0",
-            GroupStart::Latest => "$",
-        };
-        let mut conn = self.connection().await?;
-        let created: i64 = ENSURE_SUBSCRIPTION
-            .key(keys.stream())
-            .key(keys.subscription(subscription))
-            .key(keys.key_holders(subscription))
-            .key(keys.held_keys(subscription))
-            .key(keys.blocked(subscription))
-            .key(keys.ready(subscription))
-            .arg(subscription)
-            .arg(start_id)
-            .arg(retry.minimum_backoff.as_millis() as u64)
-            .arg(retry.maximum_backoff.as_millis() as u64)
-            .arg(retry.max_delivery_attempts)
-            .arg(settings.ack_deadline.map_or(0, |d| d.as_millis() as u64))
-            .arg(u8::from(settings.dead_lettering))
-            .arg(u8::from(settings.message_ordering))
-            .arg(settings.max_blocked)
-            .invoke_async(&mut conn)
-            .await?;
-        Ok(created == 1)
-    }
-
     /// Hands `spec.consumer` up to `limit` deliveries of about `max_bytes` in
     /// all (one may go past it): expired leases first, then new entries,
     /// within its room; each gets a lease of `spec.lease`.
@@ -208,11 +147,7 @@ impl Store {
             invocation.arg(ack_reply(acks.listed));
             ack_args(&mut invocation, acks);
         }
-        let mut conn = self.shared();
-        let reply: Value = invocation
-            .invoke_async(&mut conn)
-            .await
-            .map_err(group_missing_is_not_found)?;
+        let (reply, mut conn) = self.run_on_group(&invocation).await?;
         let mut fetched = decode_fetched(reply, &spec.consumer)?;
         if let Some(acked) = &mut fetched.acked
             && let Err(err) = self.replicated(&mut conn, &spec.keys.stream()).await
@@ -229,11 +164,7 @@ impl Store {
         let mut invocation = ACK.key(&keys.lease_keys(group)[..]);
         invocation.arg(group).arg(ack_reply(acks.listed));
         ack_args(&mut invocation, acks);
-        let mut conn = self.shared();
-        let reply: Value = invocation
-            .invoke_async(&mut conn)
-            .await
-            .map_err(group_missing_is_not_found)?;
+        let (reply, mut conn) = self.run_on_group(&invocation).await?;
         let acked = decode_acked(reply)?;
         self.replicated(&mut conn, &keys.stream()).await?;
         Ok(acked)
@@ -296,11 +227,20 @@ impl Store {
                 .arg(&held.consumer)
                 .arg(held.attempt);
         }
+        let (reply, _) = self.run_on_group(&invocation).await?;
+        redis::from_redis_value(reply).map_err(|err| Error::Corrupt(format!("lease reply: {err}")))
+    }
+
+    /// Runs a script on a subscription's keys; a missing consumer group
+    /// means the subscription does not exist. Returns the reply and the
+    /// connection it ran on, for the replicas' acknowledgement that follows.
+    async fn run_on_group(&self, invocation: &Invocation<'_>) -> Result<(Value, Connection)> {
         let mut conn = self.shared();
-        invocation
+        let reply = invocation
             .invoke_async(&mut conn)
             .await
-            .map_err(group_missing_is_not_found)
+            .map_err(group_missing_is_not_found)?;
+        Ok((reply, conn))
     }
 
     /// Gives back deliveries fetched for a consumer but never sent to its
@@ -352,8 +292,6 @@ impl Store {
     }
 }
 
-/// Leases grouped by consumer, each group's (entry id, delivery count) in
-/// entry id order; ids that are not entry ids are left out (they hold nothing).
 /// Decodes fetch_deliveries.lua's reply.
 fn decode_fetched(reply: Value, consumer: &str) -> Result<Fetched> {
     let mut reply = as_array(reply)?.into_iter();
@@ -408,15 +346,36 @@ fn decode_fetched(reply: Value, consumer: &str) -> Result<Fetched> {
 
 /// Decodes ack.lua's reply (also the last part of a fetch's with riding acks).
 fn decode_acked(reply: Value) -> Result<Acked> {
-    let (count, ids, ordered, keys_handed): (u64, Vec<String>, u8, u64) =
+    let (count, leases, ordered, keys_handed): (u64, Vec<String>, u8, u64) =
         redis::from_redis_value(reply)
             .map_err(|err| Error::Corrupt(format!("ack reply: {err}")))?;
+    let leases = leases
+        .iter()
+        .map(|lease| acked_lease(lease))
+        .collect::<Result<_>>()?;
     Ok(Acked {
         count,
-        ids,
+        leases,
         ordered: ordered == 1,
         keys_handed,
     })
+}
+
+/// One acked delivery as ack_held (lib.lua) names it: `id/count/consumer`.
+fn acked_lease(text: &str) -> Result<Lease> {
+    let mut parts = text.splitn(3, '/');
+    match (
+        parts.next(),
+        parts.next().and_then(|n| n.parse().ok()),
+        parts.next(),
+    ) {
+        (Some(entry_id), Some(attempt), Some(consumer)) => Ok(Lease {
+            entry_id: entry_id.to_owned(),
+            consumer: consumer.to_owned(),
+            attempt,
+        }),
+        _ => Err(Error::Corrupt(format!("acked delivery {text:?}"))),
+    }
 }
 
 /// What ack.lua is to return: the count, or the entry ids too.
@@ -452,6 +411,8 @@ fn ack_args(invocation: &mut Invocation<'_>, acks: &AckRequest) {
     }
 }
 
+/// Leases grouped by consumer, each group's (entry id, delivery count) in
+/// entry id order; ids that are not entry ids are left out (they hold nothing).
 fn by_consumer(leases: &[Lease]) -> BTreeMap<&str, Vec<(String, u32)>> {
     // (ms, seq) of each entry id and its delivery count, per consumer.
     type Held = Vec<((u64, u64), u32)>;

@@ -3,14 +3,18 @@
 
 pub mod connection;
 pub mod dead_letters;
+pub mod ephemeral;
 pub mod gauges;
 pub mod hints;
 pub mod keys;
 pub mod leases;
+pub mod list;
 pub mod ordering;
+mod replies;
 pub mod scheduled;
 mod scripts;
 pub mod stream;
+pub mod subscriptions;
 pub mod topics;
 
 use crate::error::Result;

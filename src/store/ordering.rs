@@ -2,29 +2,15 @@
 //! ordering keys are held, and which entries wait for theirs (see
 //! `lua/lib.lua` for how keys are taken and released).
 
-use super::stream::{as_int, as_string, first_pending_age};
-use super::topics::DEFAULT_MAX_BLOCKED;
+use super::replies::{as_int, as_string, first_pending_age};
 use super::{Store, TopicKeys};
 use crate::error::Result;
+use crate::model::DEFAULT_MAX_BLOCKED;
+use crate::model::OrderingStats;
 use redis::Value;
-use std::time::Duration;
 
 /// The consumer under which blocked entries are pending (`BLOCKED` in lib.lua).
 const BLOCKED_CONSUMER: &str = "redq.blocked";
-
-/// The state of an ordered subscription's keys.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct OrderingStats {
-    /// Ordering keys held by a delivery (leased or waiting for its retry).
-    pub active_keys: u64,
-    /// Entries waiting for their key.
-    pub blocked: u64,
-    /// Age of the oldest entry waiting, for its key or (once it took its
-    /// key) for a consumer with room, by publish time.
-    pub oldest_blocked_age: Option<Duration>,
-    /// At the subscription's `max_blocked`: no new entries are read.
-    pub at_blocked_cap: bool,
-}
 
 /// Commands that [`read_ordering`] reads back, queued on `pipe`.
 pub(super) const ORDERING_READS: usize = 4;

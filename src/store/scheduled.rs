@@ -2,10 +2,12 @@
 //! topic, promoted into the stream by one script when due.
 
 use super::hints::{Hinted, hint_args};
+use super::replies::{as_array, as_int};
 use super::scripts::{CANCEL_SCHEDULED, PROMOTE_DUE, RESCHEDULE};
-use super::stream::{Due, as_array, as_int};
 use super::{Store, TopicKeys};
 use crate::error::Result;
+use crate::model::Due;
+use crate::model::Rescheduled;
 use redis::Value;
 use std::time::Duration;
 
@@ -15,14 +17,6 @@ pub struct Promotion {
     pub moved: u64,
     /// Time until the next scheduled message is to be promoted; None when none is left.
     pub next_due_in: Option<Duration>,
-}
-
-/// A scheduled message's new due time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Rescheduled {
-    pub due_ms: u64,
-    /// Time from now until it is due (zero when already past).
-    pub due_in: Duration,
 }
 
 impl Store {
@@ -39,10 +33,12 @@ impl Store {
             .key(keys.scheduled_messages())
             .key(keys.stream())
             .key(keys.watchers())
+            .key(keys.settings())
             .arg(limit)
             .arg(ahead.as_millis() as u64)
             // Its own streams too: the promoter does not wake them itself.
             .arg(&hint_args(self, keys, Hinted::All)[..])
+            .arg(keys.channel())
             .invoke_async(&mut conn)
             .await?;
         Ok(Promotion {

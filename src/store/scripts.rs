@@ -163,6 +163,8 @@ script!(RELEASE_CONSUMER, "release_consumer.lua");
 script!(RETURN_UNSENT, "return_unsent.lua", with_lib);
 script!(PRUNE_CONSUMERS, "prune_consumers.lua");
 script!(PUBLISH_MESSAGES, "publish_messages.lua", with_lib);
+script!(PUSH_ELEMENTS, "push_elements.lua", with_lib);
+script!(RETURN_HELD_ELEMENTS, "return_held_elements.lua", with_lib);
 script!(PROMOTE_DUE, "promote_due.lua", with_lib);
 script!(CANCEL_SCHEDULED, "cancel_scheduled.lua");
 script!(RESCHEDULE, "reschedule.lua", with_lib);

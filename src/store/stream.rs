@@ -7,64 +7,29 @@
 //! ordering key also has `k`, the key again, for the scripts of ordered
 //! subscriptions. Promoted scheduled messages add `i` (message id) and `d`
 //! (due time, ms); dead letters add `e`, `n`, `r` (see lua/lib.lua).
+//!
+//! An element of a LIST topic's list becomes an entry with one field, `p`:
+//! the element's bytes as they are, the payload (a list element has no
+//! attributes and no ordering key).
 
 use super::hints::{Hinted, hint_args};
+use super::replies::{as_array, as_bytes, as_int, as_string};
 use super::scripts::{APPEND_MESSAGES, PUBLISH_MESSAGES};
 use super::{Store, TopicKeys};
 use crate::error::{Error, Result};
+use crate::model::{
+    Due, Entry, NewMessage, PublishBatch, Published, entry_time_ms, is_scheduled_id,
+    new_scheduled_id, parse_entry_id,
+};
 use bytes::Bytes;
 use prost::Message as _;
 use redis::Value;
 use std::collections::HashMap;
 use std::time::Duration;
 
-/// A message about to be published.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct NewMessage {
-    pub payload: Bytes,
-    pub attributes: HashMap<String, String>,
-    pub ordering_key: String,
-    /// Idempotency key; empty for none.
-    pub dedupe_id: String,
-    pub due: Due,
-}
-
-/// When a message should be delivered.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Due {
-    #[default]
-    Now,
-    /// At this time, in ms since the Unix epoch (by Redis' clock).
-    At(u64),
-    /// After this long, counted from when Redis runs the publish.
-    After(Duration),
-}
-
 /// One result per publish request, in request order: a request that breaks
 /// a limit (or reuses a dedupe id for another number of messages) fails alone.
 pub type RequestResults = Vec<Result<Vec<Published>>>;
-
-/// The outcome of publishing one message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Published {
-    pub message_id: String,
-    /// The dedupe id was already used in the window; `message_id` is the original's.
-    pub duplicate: bool,
-    /// When the message is (or was) due, in ms since the epoch; for a
-    /// duplicate, the original's (None when it cannot be told).
-    pub due_ms: Option<u64>,
-    /// How long until it is due, when it waits in the schedule rather than in the stream.
-    pub scheduled_in: Option<Duration>,
-}
-
-/// One publish request's messages, with the request's own idempotency key
-/// (empty for none): a retry of it within the dedupe window publishes
-/// nothing and answers the first one's ids.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct PublishBatch {
-    pub dedupe_id: String,
-    pub messages: Vec<NewMessage>,
-}
 
 /// One `{id, duplicate, due ms}` of the publish script's reply; `now` is
 /// Redis' time when it ran.
@@ -133,130 +98,24 @@ fn dedupe_id_reused(first_count: usize, count: usize) -> Error {
     )
 }
 
-/// A message read back from a stream.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Entry {
-    /// Stream entry id; it also carries the time the entry was appended.
-    pub id: String,
-    /// The id its publisher got: the entry id, or the scheduled message's id.
-    pub message_id: String,
-    /// Due time of a scheduled message, ms since the epoch.
-    pub due_ms: Option<u64>,
-    pub payload: Bytes,
-    pub attributes: HashMap<String, String>,
-    pub ordering_key: String,
-}
-
-impl Entry {
-    /// Milliseconds since the Unix epoch at which Redis appended the entry.
-    pub fn publish_time_ms(&self) -> u64 {
-        entry_time_ms(&self.id).unwrap_or(0)
-    }
-
-    /// Approximate size on the wire, used to keep responses small enough for clients.
-    pub fn wire_size(&self) -> usize {
-        self.id.len()
-            + self.message_id.len()
-            + self.payload.len()
-            + self.ordering_key.len()
-            + self
-                .attributes
-                .iter()
-                .map(|(k, v)| k.len() + v.len() + 4)
-                .sum::<usize>()
-            + 48
-    }
-}
-
-/// Where a new consumer group starts reading.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GroupStart {
-    /// Every entry still in the stream.
-    Earliest,
-    /// Only entries appended after the group is created.
-    Latest,
-}
-
 /// What an entry's `m` field holds.
 #[derive(Clone, PartialEq, prost::Message)]
-struct StoredMessage {
+pub(super) struct StoredMessage {
     #[prost(bytes = "bytes", tag = "1")]
-    payload: Bytes,
+    pub(super) payload: Bytes,
     #[prost(map = "string, string", tag = "2")]
-    attributes: HashMap<String, String>,
+    pub(super) attributes: HashMap<String, String>,
     #[prost(string, tag = "3")]
-    ordering_key: String,
+    pub(super) ordering_key: String,
 }
 
-fn encode_message(message: &NewMessage) -> Vec<u8> {
+pub(super) fn encode_message(message: &NewMessage) -> Vec<u8> {
     StoredMessage {
         payload: message.payload.clone(),
         attributes: message.attributes.clone(),
         ordering_key: message.ordering_key.clone(),
     }
     .encode_to_vec()
-}
-
-/// Length of the random part of a scheduled message's id, in hex digits.
-const SCHEDULED_ID_HEX: usize = 20;
-
-/// A fresh id for a scheduled message: `s` and 80 random bits in hex. The
-/// prefix tells scheduled ids from stream entry ids.
-fn new_scheduled_id() -> String {
-    let random = uuid::Uuid::new_v4().simple().to_string();
-    format!("s{}", &random[..SCHEDULED_ID_HEX])
-}
-
-/// Whether `id` has the shape of a scheduled message id.
-pub fn is_scheduled_id(id: &str) -> bool {
-    id.len() == SCHEDULED_ID_HEX + 1
-        && id.starts_with('s')
-        && id[1..].bytes().all(|b| b.is_ascii_hexdigit())
-}
-
-/// The time part of a stream entry id (`<ms>-<seq>`).
-pub fn entry_time_ms(id: &str) -> Option<u64> {
-    id.split_once('-')?.0.parse().ok()
-}
-
-/// The greatest possible entry id before `id` (`0-0` for the first): the
-/// last one to skip so that `id` is read next.
-pub fn entry_id_before(id: &str) -> String {
-    let (ms, seq) = id
-        .split_once('-')
-        .and_then(|(ms, seq)| Some((ms.parse::<u64>().ok()?, seq.parse::<u64>().ok()?)))
-        .unwrap_or((0, 0));
-    match (ms, seq) {
-        (0, 0) => "0-0".to_owned(),
-        (ms, 0) => format!("{}-{}", ms - 1, u64::MAX),
-        (ms, seq) => format!("{ms}-{}", seq - 1),
-    }
-}
-
-/// The least possible entry id after `id`: the first to read so that `id` is
-/// skipped; None after the greatest (Redis refuses `(` before it).
-pub fn entry_id_after(id: &str) -> Option<String> {
-    let (ms, seq) = parse_entry_id(id)?;
-    match seq.checked_add(1) {
-        Some(seq) => Some(format!("{ms}-{seq}")),
-        None => Some(format!("{}-0", ms.checked_add(1)?)),
-    }
-}
-
-/// The two numbers of a stream entry id Redis accepts, `<ms>-<seq>`.
-/// Digits alone are not enough: Redis rejects `18446744073709551616-0`.
-pub fn parse_entry_id(id: &str) -> Option<(u64, u64)> {
-    let (ms, seq) = id.split_once('-')?;
-    let digits = |part: &str| !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit());
-    if !digits(ms) || !digits(seq) {
-        return None;
-    }
-    Some((ms.parse().ok()?, seq.parse().ok()?))
-}
-
-/// Whether `id` is a stream entry id Redis accepts.
-pub fn is_entry_id(id: &str) -> bool {
-    parse_entry_id(id).is_some()
 }
 
 impl Store {
@@ -277,7 +136,8 @@ impl Store {
         if plain {
             self.append(keys, requests, dedupe_window).await
         } else {
-            self.publish_scripted(keys, requests, dedupe_window).await
+            self.publish_scripted(keys, requests, dedupe_window, "")
+                .await
         }
     }
 
@@ -344,11 +204,14 @@ impl Store {
             .collect()
     }
 
-    async fn publish_scripted(
+    /// Publishes with publish_messages.lua: to the stream, or, when
+    /// `channel` is not empty (an EPHEMERAL topic), to that channel.
+    pub(super) async fn publish_scripted(
         &self,
         keys: &TopicKeys,
         requests: &[PublishBatch],
         dedupe_window: Duration,
+        channel: &str,
     ) -> Result<RequestResults> {
         let mut invocation = PUBLISH_MESSAGES.key(keys.stream());
         invocation
@@ -357,7 +220,8 @@ impl Store {
             .key(keys.settings())
             .key(keys.watchers())
             .arg(dedupe_window.as_millis() as u64)
-            .arg(&hint_args(self, keys, Hinted::Others)[..]);
+            .arg(&hint_args(self, keys, Hinted::Others)[..])
+            .arg(channel);
         // Dedupe keys follow the five fixed ones; each record names its own.
         let mut dedupe_keys = 5;
         let mut next_dedupe_index = || {
@@ -473,6 +337,7 @@ pub(super) fn decode_entry_with(
                 entry.attributes = stored.attributes;
                 entry.ordering_key = stored.ordering_key;
             }
+            b"p" => entry.payload = Bytes::from(value),
             b"i" => {
                 entry.message_id =
                     String::from_utf8(value).map_err(|_| corrupt("message id", &entry.id))?
@@ -490,95 +355,13 @@ pub(super) fn decode_entry_with(
     Ok(entry)
 }
 
-/// How long ago, by Redis' clock `now_ms`, the first entry of an XPENDING
-/// range reply entered the stream; None when the reply is empty.
-pub(super) fn first_pending_age(reply: Value, now_ms: u64) -> Result<Option<Duration>> {
-    Ok(as_array(reply)?
-        .into_iter()
-        .next()
-        .and_then(|entry| as_array(entry).ok()?.into_iter().next())
-        .and_then(|id| as_string(id).ok())
-        .and_then(|id| entry_time_ms(&id))
-        .map(|published| Duration::from_millis(now_ms.saturating_sub(published))))
-}
-
 pub(super) fn decode_entry(id: Value, fields: Value) -> Result<Entry> {
     decode_entry_with(id, fields, |_, _| {}) // fields of later versions are ignored
-}
-
-pub(super) fn as_array(value: Value) -> Result<Vec<Value>> {
-    match value {
-        Value::Array(items) | Value::Set(items) => Ok(items),
-        Value::Nil => Ok(Vec::new()),
-        other => Err(Error::Corrupt(format!("expected an array, got {other:?}"))),
-    }
-}
-
-pub(super) fn as_bytes(value: Value) -> Result<Vec<u8>> {
-    match value {
-        Value::BulkString(bytes) => Ok(bytes),
-        Value::SimpleString(s) => Ok(s.into_bytes()),
-        Value::Int(n) => Ok(n.to_string().into_bytes()),
-        other => Err(Error::Corrupt(format!("expected a string, got {other:?}"))),
-    }
-}
-
-pub(super) fn as_string(value: Value) -> Result<String> {
-    String::from_utf8(as_bytes(value)?).map_err(|_| Error::Corrupt("non-UTF-8 string".into()))
-}
-
-pub(super) fn as_int(value: Value) -> Result<i64> {
-    match value {
-        Value::Int(n) => Ok(n),
-        other => as_string(other)?
-            .parse()
-            .map_err(|_| Error::Corrupt("expected an integer".into())),
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn scheduled_ids_are_told_from_entry_ids() {
-        let id = new_scheduled_id();
-        assert!(is_scheduled_id(&id), "{id}");
-        assert!(!is_entry_id(&id));
-        assert!(!is_scheduled_id("1700000000000-0"));
-        assert_ne!(new_scheduled_id(), id);
-    }
-
-    #[test]
-    fn the_id_before_an_entry_is_the_last_one_to_skip() {
-        assert_eq!(entry_id_before("5-3"), "5-2");
-        assert_eq!(entry_id_before("5-0"), format!("4-{}", u64::MAX));
-        assert_eq!(entry_id_before("0-0"), "0-0");
-        assert_eq!(entry_id_after("5-3").as_deref(), Some("5-4"));
-        assert_eq!(
-            entry_id_after(&format!("5-{}", u64::MAX)).as_deref(),
-            Some("6-0")
-        );
-        assert_eq!(entry_id_after(&format!("{0}-{0}", u64::MAX)), None);
-    }
-
-    #[test]
-    fn entry_ids_carry_their_time() {
-        assert_eq!(entry_time_ms("1700000000123-7"), Some(1_700_000_000_123));
-        assert!(is_entry_id("1-0"));
-        assert!(!is_entry_id("1-"));
-        assert!(!is_entry_id("x-1"));
-        assert!(!is_entry_id("17"));
-        assert!(is_entry_id("18446744073709551615-18446744073709551615"));
-        for out_of_range in [
-            "18446744073709551616-0",
-            "99999999999999999999-0",
-            "0-18446744073709551616",
-            "+1-0",
-        ] {
-            assert!(!is_entry_id(out_of_range), "{out_of_range}");
-        }
-    }
 
     #[test]
     fn entries_decode_from_their_compact_fields() {
@@ -603,6 +386,18 @@ mod tests {
         assert_eq!(entry.attributes["kind"], "order");
         assert_eq!(entry.ordering_key, "customer-7");
         assert_eq!(entry.publish_time_ms(), 5);
+    }
+
+    #[test]
+    fn a_list_element_is_the_payload_as_it_is() {
+        let fields = Value::Array(vec![
+            Value::BulkString(b"p".to_vec()),
+            Value::BulkString(vec![0xff, 0x00, b'x']),
+        ]);
+        let entry = decode_entry(Value::BulkString(b"5-1".to_vec()), fields).unwrap();
+        assert_eq!(entry.payload, Bytes::from_static(&[0xff, 0x00, b'x']));
+        assert_eq!(entry.message_id, "5-1");
+        assert!(entry.attributes.is_empty() && entry.ordering_key.is_empty());
     }
 
     #[test]

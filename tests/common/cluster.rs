@@ -3,16 +3,13 @@
 //! started with the settings the README recommends for tests and failovers.
 //! Every node is SIGKILLed on drop.
 
-use std::collections::BTreeSet;
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
-use super::STARTUP_TIMEOUT;
+use super::ports::{start_on_free_ports, wait_answering};
 
 pub struct RedisCluster {
     dir: TempDir,
@@ -23,22 +20,6 @@ pub struct ClusterNode {
     pub port: u16,
     bus_port: u16,
     child: Option<Child>,
-}
-
-/// A port nothing listens on now (the OS's choice for port 0), and never
-/// handed out before in this process: the OS may offer a port again once its
-/// probe is closed, before the server it was for has bound it.
-pub fn free_port() -> u16 {
-    static HANDED: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
-    loop {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        if HANDED.lock().expect("ports lock").insert(port) {
-            return port;
-        }
-    }
 }
 
 /// The port of the node a `CLUSTER NODES` line is about (`id ip:port@bus …`).
@@ -73,16 +54,19 @@ impl RedisCluster {
             dir,
             nodes: Vec::new(),
         };
-        for _ in 0..6 {
-            let node = ClusterNode {
-                port: free_port(),
-                bus_port: free_port(),
-                child: None,
-            };
-            cluster.nodes.push(node);
-        }
         for i in 0..6 {
-            cluster.launch(i);
+            cluster.nodes.push(ClusterNode {
+                port: 0,
+                bus_port: 0,
+                child: None,
+            });
+            start_on_free_ports(2, &format!("cluster node {i}"), |ports| {
+                // Nothing of a try that could not bind (its nodes.conf) stays.
+                let _ = std::fs::remove_dir_all(cluster.node_dir(i));
+                cluster.nodes[i].port = ports[0];
+                cluster.nodes[i].bus_port = ports[1];
+                cluster.try_launch(i)
+            });
         }
         let addrs: Vec<String> = cluster
             .nodes
@@ -123,8 +107,15 @@ impl RedisCluster {
         self.dir.path().join(format!("node-{i}"))
     }
 
-    /// Starts node `i` (again, with its data and nodes.conf).
+    /// Starts node `i` again, with its data and nodes.conf (on its ports).
     pub fn launch(&mut self, i: usize) {
+        if let Err(log) = self.try_launch(i) {
+            panic!("node {i} did not start again: {log}");
+        }
+    }
+
+    /// Starts node `i` and waits until it answers; its log if it exits first.
+    fn try_launch(&mut self, i: usize) -> Result<(), String> {
         let dir = self.node_dir(i);
         std::fs::create_dir_all(&dir).expect("node dir");
         let node = &self.nodes[i];
@@ -150,20 +141,14 @@ impl RedisCluster {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("spawn redis-server");
-        // Up when its port answers as this process, not as another server
-        // that holds the port.
-        let ours = format!("process_id:{}", child.id());
         self.nodes[i].child = Some(child);
-        let deadline = Instant::now() + STARTUP_TIMEOUT;
-        let answers_as_ours = |port| {
-            cli(port, &["INFO", "server"])
-                .lines()
-                .any(|line| line.trim() == ours)
-        };
-        while !answers_as_ours(self.nodes[i].port) {
-            assert!(Instant::now() < deadline, "node {i} did not start");
-            std::thread::sleep(Duration::from_millis(20));
+        let node = &mut self.nodes[i];
+        let child = node.child.as_mut().expect("just started");
+        let answered = wait_answering(child, node.port, &dir.join("redis.log"));
+        if answered.is_err() {
+            self.nodes[i].child = None;
         }
+        answered
     }
 
     /// SIGKILLs node `i`.

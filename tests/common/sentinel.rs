@@ -1,5 +1,5 @@
 //! A real Sentinel setup for tests: one master, one replica and three
-//! Sentinels on free ports, quick to notice a failure. Every process is
+//! Sentinels on free ports (others when another program takes one first), quick to notice a failure. Every process is
 //! SIGKILLed on drop.
 
 use std::process::{Child, Command, Stdio};
@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
-use super::cluster::{cli, free_port};
+use super::cluster::cli;
+use super::ports::{start_on_free_ports, wait_answering};
 
 pub const MASTER_NAME: &str = "redq-master";
 
@@ -35,59 +36,64 @@ impl SentinelSetup {
             .expect("temp dir");
         let mut setup = Self {
             dir,
-            nodes: vec![free_port(), free_port()],
-            sentinels: vec![free_port(), free_port(), free_port()],
+            nodes: Vec::new(),
+            sentinels: Vec::new(),
             children: Vec::new(),
         };
-        let master = setup.nodes[0];
-        for (i, port) in setup.nodes.clone().into_iter().enumerate() {
+        for i in 0..2 {
             let node_dir = setup.dir.path().join(format!("node-{i}"));
-            std::fs::create_dir_all(&node_dir).unwrap();
-            let mut cmd = Command::new("redis-server");
-            cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-                .args(["--appendonly", "yes", "--save", ""])
-                .args([
-                    "--repl-diskless-sync",
-                    "yes",
-                    "--repl-diskless-sync-delay",
-                    "0",
-                ])
-                .arg("--dir")
-                .arg(&node_dir)
-                .arg("--logfile")
-                .arg(node_dir.join("redis.log"));
-            if i > 0 {
-                cmd.args(["--replicaof", "127.0.0.1", &master.to_string()]);
-            }
-            setup.spawn(cmd);
-            wait_until("a data node starts", || {
-                cli(port, &["PING"]).trim() == "PONG"
+            let master = setup.nodes.first().copied();
+            let (ports, child) = start_on_free_ports(1, "a data node", |ports| {
+                let _ = std::fs::remove_dir_all(&node_dir);
+                std::fs::create_dir_all(&node_dir).unwrap();
+                let mut cmd = Command::new("redis-server");
+                cmd.args(["--port", &ports[0].to_string(), "--bind", "127.0.0.1"])
+                    .args(["--appendonly", "yes", "--save", ""])
+                    .args([
+                        "--repl-diskless-sync",
+                        "yes",
+                        "--repl-diskless-sync-delay",
+                        "0",
+                    ])
+                    .arg("--dir")
+                    .arg(&node_dir)
+                    .arg("--logfile")
+                    .arg(node_dir.join("redis.log"));
+                if let Some(master) = master {
+                    cmd.args(["--replicaof", "127.0.0.1", &master.to_string()]);
+                }
+                let mut child = spawn(cmd);
+                wait_answering(&mut child, ports[0], &node_dir.join("redis.log")).map(|()| child)
             });
+            setup.nodes.push(ports[0]);
+            setup.children.push(child);
         }
+        let master = setup.nodes[0];
         wait_until("the replica syncs", || {
             cli(setup.nodes[1], &["INFO", "replication"]).contains("master_link_status:up")
         });
-        for (i, port) in setup.sentinels.clone().into_iter().enumerate() {
+        for i in 0..3 {
             let conf = setup.dir.path().join(format!("sentinel-{i}.conf"));
-            std::fs::write(
-                &conf,
-                format!(
-                    "port {port}\nbind 127.0.0.1\nsentinel monitor {MASTER_NAME} 127.0.0.1 {master} 2\n\
-                     sentinel down-after-milliseconds {MASTER_NAME} 1000\n\
-                     sentinel failover-timeout {MASTER_NAME} 5000\n\
-                     sentinel parallel-syncs {MASTER_NAME} 1\n"
-                ),
-            )
-            .unwrap();
-            let mut cmd = Command::new("redis-server");
-            cmd.arg(&conf)
-                .arg("--sentinel")
-                .arg("--logfile")
-                .arg(setup.dir.path().join(format!("sentinel-{i}.log")));
-            setup.spawn(cmd);
-            wait_until("a sentinel starts", || {
-                cli(port, &["PING"]).trim() == "PONG"
+            let log = setup.dir.path().join(format!("sentinel-{i}.log"));
+            let (ports, child) = start_on_free_ports(1, "a sentinel", |ports| {
+                let port = ports[0];
+                std::fs::write(
+                    &conf,
+                    format!(
+                        "port {port}\nbind 127.0.0.1\nsentinel monitor {MASTER_NAME} 127.0.0.1 {master} 2\n\
+                         sentinel down-after-milliseconds {MASTER_NAME} 1000\n\
+                         sentinel failover-timeout {MASTER_NAME} 5000\n\
+                         sentinel parallel-syncs {MASTER_NAME} 1\n"
+                    ),
+                )
+                .unwrap();
+                let mut cmd = Command::new("redis-server");
+                cmd.arg(&conf).arg("--sentinel").arg("--logfile").arg(&log);
+                let mut child = spawn(cmd);
+                wait_answering(&mut child, port, &log).map(|()| child)
             });
+            setup.sentinels.push(ports[0]);
+            setup.children.push(child);
         }
         // Every Sentinel knows the replica and the other Sentinels.
         wait_until("the sentinels see each other", || {
@@ -106,16 +112,6 @@ impl SentinelSetup {
             })
         });
         setup
-    }
-
-    fn spawn(&mut self, mut cmd: Command) {
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn redis-server");
-        self.children.push(child);
     }
 
     /// `redis+sentinel://` URL naming the three Sentinels.
@@ -154,6 +150,15 @@ impl SentinelSetup {
             cli(old, &["INFO", "replication"]).contains("master_link_status:up")
         });
     }
+}
+
+/// Starts a redis-server (data node or Sentinel) as `cmd` says.
+fn spawn(mut cmd: Command) -> Child {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn redis-server")
 }
 
 impl Drop for SentinelSetup {

@@ -15,6 +15,9 @@
 -- (lib.lua), using up none of the consumer's room, and the read goes on. At
 -- the subscription's cap of blocked entries (`mblk`), no new entries are read.
 --
+-- On a LIST topic, new entries are the list's elements, moved into the
+-- stream as this consumer takes them (read_new).
+--
 -- KEYS the subscription's lease keys (TopicKeys::lease_keys)
 -- ARGV[1] group, ARGV[2] consumer, ARGV[3] max outstanding for this consumer,
 -- ARGV[4] most deliveries (and ended leases) to handle, ARGV[5] lease length in ms,
@@ -117,12 +120,49 @@ local function settle_batch(member, holder, first, last)
   return true
 end
 
+-- Up to `count` new entries for this consumer. On a LIST topic, when the
+-- stream has fewer, the rest come from its list: first what blocking moves
+-- left in the staging list, then the list's oldest elements (the RPOP end:
+-- producers LPUSH), each appended as an entry `p` and read at once. Only
+-- what a consumer takes leaves the list, so its length stays the lag.
+-- Once this call found no more undelivered entries in the stream, or no
+-- more elements in the staging list, it does not look there again: nothing
+-- else writes to them while it runs.
+local stream_read, staging_read = false, false
+local function read_new(count)
+  local entries = {}
+  if not stream_read then
+    local read = redis.call('XREADGROUP', 'GROUP', group, consumer,
+      'COUNT', count, 'STREAMS', stream, '>')
+    entries = read and read[1][2] or {}
+  end
+  local wanted = count - #entries
+  if not o.list or wanted <= 0 then return entries end
+  stream_read = true
+  local elements = {}
+  if not staging_read then
+    elements = redis.call('RPOP', o.staging, wanted) or {}
+    staging_read = #elements < wanted
+  end
+  if #elements < wanted then
+    for _, element in ipairs(redis.call('RPOP', o.list, wanted - #elements) or {}) do
+      elements[#elements + 1] = element
+    end
+  end
+  if #elements == 0 then return entries end
+  for _, element in ipairs(elements) do redis.call('XADD', stream, '*', 'p', element) end
+  local read = redis.call('XREADGROUP', 'GROUP', group, consumer,
+    'COUNT', #elements, 'STREAMS', stream, '>')
+  for _, entry in ipairs(read and read[1][2] or {}) do entries[#entries + 1] = entry end
+  return entries
+end
+
 -- Riding acks first: the room they free is taken at once.
 local acks = {}
 if ARGV[9] then
-  local acked, held = ack_held(o, 10)
+  local acked, leases = ack_held(o, 10)
   local ordered = o.on()
-  acks = { acked, (ARGV[9] == 'i' or ordered) and held or {}, ordered and 1 or 0, o.handed }
+  acks = { acked, (ARGV[9] == 'i' or ordered) and leases or {}, ordered and 1 or 0, o.handed }
 end
 
 -- A full consumer still settles due timers: its own ended leases make room.
@@ -192,9 +232,7 @@ while not full() and not (o.on() and blocked >= o.max_blocked) do
   local count = math.min(room, limit - #out, limit - examined,
     math.max(1, math.floor((max_bytes - bytes) / max_entry)))
   if count <= 0 then more = true break end
-  local read = redis.call('XREADGROUP', 'GROUP', group, consumer,
-    'COUNT', count, 'STREAMS', stream, '>')
-  local entries = read and read[1][2] or {}
+  local entries = read_new(count)
   examined = examined + #entries
   local keyed, key_of = {}, {}
   if o.on() then

@@ -43,6 +43,12 @@ local function in_chunks(list, fn)
   end
 end
 
+-- Deletes entries a LIST topic's subscription is done with (acked or
+-- dead-lettered) from its stream; other kinds keep them for retention.
+local function forget(o, ids)
+  if o.list then in_chunks(ids, function(...) redis.call('XDEL', o.stream, ...) end) end
+end
+
 -- Whether `consumer` still holds the delivery of entry `id` it was handed at
 -- delivery count `count`: otherwise it was acked, nacked or redelivered since.
 local function holds(stream, group, id, consumer, count)
@@ -83,10 +89,14 @@ local BLOCKED = 'redq.blocked'
 -- The ordering state of a subscription, for the scripts called with its
 -- lease keys (TopicKeys::lease_keys). Whether it is ordered is read when
 -- first asked (unless the caller knows: `ordered` true or false), so that
--- unordered work pays nothing.
+-- unordered work pays nothing. On a LIST topic the lease keys end with its
+-- list and staging list (`o.list`, `o.staging`): its stream holds only what
+-- redq took from the list and still holds, so an entry acked or
+-- dead-lettered is deleted from it (forget).
 local function ordering(group, now, ordered)
   local o = { stream = KEYS[1], timers = KEYS[2], settings = KEYS[3],
     holders = KEYS[5], held = KEYS[6], blocked = KEYS[7], ready = KEYS[8],
+    list = KEYS[9], staging = KEYS[10],
     group = group, now = now, handed = 0 }
   local on
   if ordered == false then on = false end
@@ -291,9 +301,12 @@ end
 -- the broker). One XPENDING per consumer (over the range of its ids) checks
 -- them all: one per id made acking cost a third more. Each consumer's
 -- XPENDING fails on a missing group, as it must. Returns how many were
--- acked, and their ids.
+-- acked, and which deliveries (`id/count/consumer`).
 local function ack_held(o, from)
   local held = {}
+  -- The acked deliveries as `id/count/consumer`: two ack ids of one entry
+  -- (an old delivery's and the current one's) tell apart which was applied.
+  local leases = {}
   -- Each acked entry's own timer; and, for a consumer's few acks, the batch
   -- timer of a fetch that handed out that entry alone (fetch_deliveries.lua),
   -- which covers nothing once it is acked. Acks come one or a few at a time
@@ -315,6 +328,7 @@ local function ack_held(o, from)
       local id = ARGV[j]
       if counts[id] ~= nil and counts[id] == tonumber(ARGV[j + 1]) then
         held[#held + 1] = id
+        leases[#leases + 1] = id .. '/' .. ARGV[j + 1] .. '/' .. consumer
         timer_members[#timer_members + 1] = id
         if n <= FEW_ACKS then
           timer_members[#timer_members + 1] = 'b/' .. consumer .. '/' .. id .. '/' .. id
@@ -330,13 +344,14 @@ local function ack_held(o, from)
   in_chunks(held, function(...)
     acked = acked + redis.call('XACK', o.stream, o.group, ...)
   end)
+  forget(o, held)
   for _, f in ipairs(finished) do
     covering_nothing(o, f[1], f[2], f[3], timer_members)
   end
   in_chunks(timer_members, function(...) redis.call('ZREM', o.timers, ...) end)
   if acked > 0 then redis.call('HINCRBY', o.settings, 'acked', acked) end
   release(o, held)
-  return acked, held
+  return acked, leases
 end
 
 -- Hands `consumer` up to `n` entries that took their key and wait for a
@@ -397,6 +412,7 @@ local function dead_letter(o, dlq, id, attempts, reason, keep)
     redis.call('XADD', dlq, '*', unpack(fields))
   end
   redis.call('XACK', stream, o.group, id)
+  forget(o, { id })
   redis.call('ZREM', o.timers, id)
   release(o, { id })
 end

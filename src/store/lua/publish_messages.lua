@@ -8,7 +8,10 @@
 -- settings HASH (its `published` counter), KEYS[5] the topic's watchers
 -- HASH, KEYS[6..] dedupe keys
 -- ARGV[1] dedupe window in ms, ARGV[2..4] who publishes, the hints channel
--- and the hint for the other watchers (see hint_watchers), then records of
+-- and the hint for the other watchers (see hint_watchers), ARGV[5] the
+-- topic's Pub/Sub channel when it is EPHEMERAL ('' for a STREAM topic: a
+-- message due now goes to the channel as "<id> <now> <message>", with the
+-- id given for it, instead of the stream), then records of
 -- six values. A message: id to
 --   use if scheduled, due kind ('n' now, 'a' at ms, 'd' after ms), amount,
 --   dedupe key index in KEYS (0: none), the encoded message (the entry's `m`
@@ -23,7 +26,7 @@
 --   is named in the last list (requests with a dedupe id counted from 1).
 
 local stream, scheduled, messages, settings = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local window = ARGV[1]
+local window, channel = ARGV[1], ARGV[5]
 local now = now_ms()
 local out = {}
 local published, appended = 0, 0
@@ -59,7 +62,7 @@ end
 local request_key, request_start, request_end
 local requests, mismatches = 0, {}
 
-local i = 5
+local i = 6
 while i <= #ARGV do
   local scheduled_id, kind, amount = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
   local dedupe, message, key = tonumber(ARGV[i + 3]), ARGV[i + 4], ARGV[i + 5]
@@ -108,6 +111,10 @@ while i <= #ARGV do
         redis.call('ZADD', scheduled, due, id)
         redis.call('HSET', messages, id, message)
         if key ~= '' then redis.call('HSET', messages, id .. '/k', key) end
+      elseif channel ~= '' then
+        id = scheduled_id
+        redis.call('PUBLISH', channel, id .. ' ' .. now .. ' ' .. message)
+        due = now
       elseif key ~= '' then
         id = redis.call('XADD', stream, '*', 'm', message, 'k', key)
         due = entry_ms(id)

@@ -3,8 +3,12 @@
 -- other subscriptions skip it, and removed from the dead letters in the same
 -- step, so it is redriven exactly once.
 --
+-- On a LIST topic (KEYS[4], its list) a dead letter's element is pushed
+-- back onto the list instead (LPUSH: after what the list holds now); the
+-- blocking moves of its consumers see it, no hint is needed.
+--
 -- KEYS[1] dead letters STREAM, KEYS[2] topic stream, KEYS[3] the topic's
--- watchers HASH
+-- watchers HASH, KEYS[4] a LIST topic's list (absent on other kinds)
 -- ARGV[1] subscription, ARGV[2] most to redrive, ARGV[3..5] who redrives,
 -- the hints channel and the hint (see hint_watchers), ARGV[6..] dead letter
 -- ids (none: the oldest ones)
@@ -20,6 +24,18 @@ if #ARGV > 5 then
   end
 else
   entries = redis.call('XRANGE', dlq, '-', '+', 'COUNT', tonumber(ARGV[2]))
+end
+
+local list = KEYS[4]
+if list then
+  for _, entry in ipairs(entries) do
+    local original = entry[2]
+    for f = 1, #original, 2 do
+      if original[f] == 'p' then redis.call('LPUSH', list, original[f + 1]) end
+    end
+    redis.call('XDEL', dlq, entry[1])
+  end
+  return #entries
 end
 
 for _, entry in ipairs(entries) do

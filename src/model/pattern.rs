@@ -1,5 +1,6 @@
-//! Name patterns of grants, NATS style: names are `.`-separated segments;
-//! `*` stands for one segment, and `>`, last, for one or more.
+//! Name patterns, NATS style, of token grants and of the streams that
+//! subscribe to EPHEMERAL topics by pattern: names are `.`-separated
+//! segments; `*` stands for one segment, and `>`, last, for one or more.
 
 /// A parsed pattern, such as `orders`, `orders.*.eu` or `orders.>`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,6 +37,31 @@ impl Pattern {
             });
         }
         Ok(Self { segments })
+    }
+
+    /// The literal segments before the first wildcard, joined by dots, with a
+    /// trailing dot when a wildcard follows (`sensors.*.temp` → `sensors.`;
+    /// `sensors.eu` → `sensors.eu`): what every matching name starts with.
+    pub fn literal_prefix(&self) -> String {
+        let mut prefix = String::new();
+        for segment in &self.segments {
+            match segment {
+                Segment::Literal(literal) => {
+                    prefix.push_str(literal);
+                    prefix.push('.');
+                }
+                Segment::One | Segment::Rest => return prefix,
+            }
+        }
+        prefix.pop(); // no wildcard: the name itself
+        prefix
+    }
+
+    /// Whether the pattern has no wildcard (it matches one name only).
+    pub fn is_literal(&self) -> bool {
+        self.segments
+            .iter()
+            .all(|s| matches!(s, Segment::Literal(_)))
     }
 
     pub fn matches(&self, name: &str) -> bool {
@@ -75,6 +101,17 @@ mod tests {
         assert!(!matches("orders.>", "orders2.eu"));
         assert!(matches(">", "anything.at.all"));
         assert!(matches("*.eu", "orders.eu"));
+    }
+
+    #[test]
+    fn the_literal_prefix_stops_at_the_first_wildcard() {
+        let prefix = |p: &str| Pattern::parse(p).unwrap().literal_prefix();
+        assert_eq!(prefix("sensors.*.temp"), "sensors.");
+        assert_eq!(prefix("sensors.>"), "sensors.");
+        assert_eq!(prefix(">"), "");
+        assert_eq!(prefix("sensors.eu"), "sensors.eu");
+        assert!(Pattern::parse("a.b").unwrap().is_literal());
+        assert!(!Pattern::parse("a.*").unwrap().is_literal());
     }
 
     #[test]
