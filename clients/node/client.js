@@ -59,12 +59,15 @@ async function demo() {
     // 1. Publish a batch of three messages: three publish() calls at once go
     //    out as one request of the publisher's stream.
     const batch = ['batch-1', 'batch-2', 'batch-3'];
-    const ids = await Promise.all(batch.map((p, i) => publisher.publish(topic, p, { attributes: { lang: 'node', n: String(i + 1) } })));
+    // Payloads are bytes: a Buffer (or Uint8Array), never a string.
+    const ids = await Promise.all(
+      batch.map((p, i) => publisher.publish(topic, Buffer.from(p), { attributes: { lang: 'node', n: String(i + 1) } })),
+    );
     if (publisher.stats.requests !== 1) throw new StepFailed(`the batch took ${publisher.stats.requests} requests, expected 1`);
     console.log(`published batch of 3: ids ${JSON.stringify(ids)}`);
 
     // 2. Schedule one message for one second from now.
-    const scheduled = await client.schedule(topic, 'delayed', { delay: 1000, attributes: { lang: 'node' } });
+    const scheduled = await client.schedule(topic, Buffer.from('delayed'), { delay: 1000, attributes: { lang: 'node' } });
     console.log(`scheduled 'delayed' (delay 1s): id ${scheduled.id}, deliver_at ${scheduled.deliverAt.toISOString()}`);
 
     // 3. Subscribe, then 4. ack every message (by returning from the
@@ -123,8 +126,9 @@ async function demo() {
         // A failed check fails the demo (the handler's throw also nacks).
         onError: (err, message) => (message ? fail(err) : console.log(`stream: ${err.message} (reconnecting)`)),
       });
+      // A refused stream rejects `opened` and `closed` (not onError).
       sub.closed.catch((err) => fail(new StepFailed(`StreamingSubscribe failed: ${err.message}`)));
-      console.log('subscribed: subscription demo, ack deadline 10s');
+      sub.opened.then(() => console.log('subscribed: subscription demo, ack deadline 10s'), () => {});
     });
     // close() returns once the server has applied the last acks.
     await subscriber.close();
@@ -157,7 +161,7 @@ async function publishCommand(args) {
   const client = await open();
   const publisher = new Publisher(client);
   try {
-    const ids = await Promise.all(bodies.map((body) => publisher.publish(topic, body, { attributes })));
+    const ids = await Promise.all(bodies.map((body) => publisher.publish(topic, Buffer.from(body), { attributes })));
     bodies.forEach((body, i) => console.log(`published '${body}' to ${topic}: id ${ids[i]}`));
   } finally {
     await publisher.close();

@@ -1,6 +1,9 @@
 // TypeScript declarations of the redq package (hand-written; the code is
 // plain JavaScript in index.js and lib/). Times are milliseconds: `delay`,
-// `ackDeadline`, backoffs; `deliverAt` is a Date or ms since the epoch.
+// `ackDeadline`, backoffs, `timeout`; `deliverAt` is a Date or ms since the
+// epoch. The options interfaces are the lists of known names: an options
+// object with another name is refused with a TypeError (test/options.test.js
+// checks that the library and this file agree).
 
 import type { ChannelCredentials, ChannelOptions, Client as GrpcClient, status as grpcStatus } from '@grpc/grpc-js';
 import type { PackageDefinition } from '@grpc/proto-loader';
@@ -8,7 +11,11 @@ import type { PackageDefinition } from '@grpc/proto-loader';
 /** gRPC status codes (grpc-js' `status` enum). */
 export declare const status: typeof grpcStatus;
 
-/** Where the .proto files are loaded from: the repository's proto/ folder. */
+/**
+ * Where the .proto files are loaded from: the package's own `proto/` folder
+ * (`redq/v1/queue.proto`, `redq/v1/admin.proto`, `google/rpc/status.proto`),
+ * shipped in the package; an absolute path.
+ */
 export declare const PROTO_DIR: string;
 
 /** The channel options every Client starts from (overridable with `channelOptions`). */
@@ -17,8 +24,8 @@ export declare const DEFAULT_CHANNEL_OPTIONS: Readonly<ChannelOptions>;
 /** The proto-loader package definition of queue.proto, admin.proto and google/rpc/status.proto. */
 export declare function loadProtos(): { definition: PackageDefinition; v1: Record<string, any> };
 
-/** Bytes of a payload; a string is sent as UTF-8. */
-export type Payload = Buffer | Uint8Array | string;
+/** Bytes of a payload. A string is refused (a TypeError): encode it, e.g. Buffer.from(text). */
+export type Payload = Buffer | Uint8Array;
 
 /** The error every call rejects with. */
 export declare class RedqError extends Error {
@@ -85,28 +92,37 @@ export interface ScheduleResult {
   duplicate: boolean;
 }
 
-/** Protobuf Duration / Timestamp as proto-loader gives them. */
+/** Protobuf Duration / Timestamp as proto-loader gives them (and as responses hold them). */
 export interface ProtoTime {
   seconds: number;
   nanos: number;
 }
 
+/** A Duration in an admin request: milliseconds, or {seconds, nanos}. */
+export type DurationInput = number | ProtoTime;
+
+/** A Timestamp in an admin request: a Date, milliseconds since 1970, or {seconds, nanos}. */
+export type TimestampInput = Date | number | ProtoTime;
+
 /**
  * AdminService with a promise per RPC. Requests and responses are the
  * messages of proto/redq/v1/admin.proto in camelCase (64-bit numbers as
- * numbers, enums as their names, Durations and Timestamps as {seconds, nanos}).
- * `timeout` overrides the client's callTimeout (ms).
+ * numbers, enums as their names). In requests, Durations are ms
+ * (DurationInput) and Timestamps Dates or ms since 1970 (TimestampInput),
+ * or either as {seconds, nanos}; responses hold both as {seconds, nanos}
+ * (ProtoTime). A request field the message does not have rejects with a
+ * TypeError. `timeout` overrides the client's callTimeout (ms).
  */
 export declare class AdminClient {
-  createTopic(request: { name: string; settings?: TopicSettings }, timeout?: number): Promise<Topic>;
+  createTopic(request: { name: string; settings?: TopicSettingsInput }, timeout?: number): Promise<Topic>;
   getTopic(request: { name: string }, timeout?: number): Promise<Topic>;
   listTopics(request?: { pageSize?: number; pageToken?: string }, timeout?: number): Promise<{ topics: Topic[]; nextPageToken: string }>;
-  updateTopic(request: { name: string; settings?: TopicSettings }, timeout?: number): Promise<Topic>;
+  updateTopic(request: { name: string; settings?: TopicSettingsInput }, timeout?: number): Promise<Topic>;
   deleteTopic(request: { name: string }, timeout?: number): Promise<{}>;
-  createSubscription(request: { topic: string; name: string; settings?: SubscriptionSettings }, timeout?: number): Promise<SubscriptionInfo>;
+  createSubscription(request: { topic: string; name: string; settings?: SubscriptionSettingsInput }, timeout?: number): Promise<SubscriptionInfo>;
   getSubscription(request: { topic: string; name: string }, timeout?: number): Promise<SubscriptionInfo>;
   listSubscriptions(request: { topic: string }, timeout?: number): Promise<{ subscriptions: SubscriptionInfo[] }>;
-  updateSubscription(request: { topic: string; name: string; settings?: SubscriptionSettings }, timeout?: number): Promise<SubscriptionInfo>;
+  updateSubscription(request: { topic: string; name: string; settings?: SubscriptionSettingsInput }, timeout?: number): Promise<SubscriptionInfo>;
   deleteSubscription(request: { topic: string; name: string }, timeout?: number): Promise<{}>;
   listDeadLetters(
     request: { topic: string; subscription: string; pageSize?: number; pageToken?: string },
@@ -117,20 +133,43 @@ export declare class AdminClient {
     timeout?: number,
   ): Promise<{ redriven: number }>;
   purgeDeadLetters(request: { topic: string; subscription: string; deadLetterIds?: string[] }, timeout?: number): Promise<{ purged: number }>;
-  seek(request: { topic: string; subscription: string; time?: ProtoTime; messageId?: string }, timeout?: number): Promise<{}>;
+  seek(request: { topic: string; subscription: string; time?: TimestampInput; messageId?: string }, timeout?: number): Promise<{}>;
 }
 
+/** What a topic keeps its messages in, set by createTopic only (README, "Topic kinds"). */
+export type TopicKindName = 'TOPIC_KIND_UNSPECIFIED' | 'TOPIC_KIND_STREAM' | 'TOPIC_KIND_EPHEMERAL' | 'TOPIC_KIND_LIST';
+
+/** TopicSettings as a response holds them. */
 export interface TopicSettings {
   retentionMaxAge?: ProtoTime | null;
   retentionMaxLength?: number;
   hardMaxLength?: number;
   dedupeWindow?: ProtoTime | null;
   maxPayloadBytes?: number;
+  /** TOPIC_KIND_STREAM for topics made before kinds existed, or by publishing. */
+  kind?: TopicKindName;
+  /** LIST topics: the Redis list ('' on other kinds). */
+  listKey?: string;
+}
+
+/** TopicSettings in a request: durations in ms (or {seconds, nanos}). */
+export interface TopicSettingsInput {
+  retentionMaxAge?: DurationInput | null;
+  retentionMaxLength?: number;
+  hardMaxLength?: number;
+  dedupeWindow?: DurationInput | null;
+  maxPayloadBytes?: number;
+  /** createTopic only (UNSPECIFIED: STREAM); updateTopic refuses a change. */
+  kind?: TopicKindName;
+  /** createTopic of a LIST topic: the Redis list it consumes and publishes to. */
+  listKey?: string;
 }
 
 export interface Topic {
   name: string;
   settings: TopicSettings | null;
+  /** ListTopics: the Redis node or shard holding this topic cannot be reached (only the name is known). */
+  unavailable?: boolean;
   stats: {
     streamLength: number;
     scheduledCount: number;
@@ -143,9 +182,21 @@ export interface Topic {
 
 export type StartPositionName = 'START_POSITION_UNSPECIFIED' | 'START_POSITION_EARLIEST' | 'START_POSITION_LATEST';
 
+/** SubscriptionSettings as a response holds them. */
 export interface SubscriptionSettings {
   ackDeadline?: ProtoTime | null;
   retryPolicy?: { minimumBackoff?: ProtoTime | null; maximumBackoff?: ProtoTime | null } | null;
+  maxDeliveryAttempts?: number;
+  deadLettering?: boolean;
+  start?: StartPositionName;
+  messageOrdering?: boolean;
+  maxBlocked?: number | string;
+}
+
+/** SubscriptionSettings in a request: durations in ms (or {seconds, nanos}). */
+export interface SubscriptionSettingsInput {
+  ackDeadline?: DurationInput | null;
+  retryPolicy?: { minimumBackoff?: DurationInput | null; maximumBackoff?: DurationInput | null } | null;
   maxDeliveryAttempts?: number;
   deadLettering?: boolean;
   start?: StartPositionName;
@@ -176,6 +227,7 @@ export interface DeadLetter {
     orderingKey: string;
     publishTime: ProtoTime | null;
     deliverAt: ProtoTime | null;
+    topic: string;
   } | null;
   deliveryAttempts: number;
   reason: 'DEAD_LETTER_REASON_UNSPECIFIED' | 'DEAD_LETTER_REASON_NACKED' | 'DEAD_LETTER_REASON_DEADLINE_EXCEEDED';
@@ -198,7 +250,10 @@ export declare class Client {
   readonly adminStub: GrpcClient & Record<string, any>;
   /** Waits until the channel is connected (default: callTimeout ms). */
   waitForReady(timeout?: number): Promise<void>;
-  /** One message delivered later; exactly one of delay / deliverAt. Retried on UNAVAILABLE. */
+  /**
+   * One message delivered later; exactly one of delay / deliverAt. Retried on UNAVAILABLE.
+   * Bad arguments (a payload that is not bytes, an unknown option) reject with a TypeError.
+   */
   schedule(topic: string, payload: Payload, options: ScheduleOptions): Promise<ScheduleResult>;
   /** Removes a scheduled message not yet due; false if delivered, cancelled or unknown. */
   cancel(topic: string, messageId: string): Promise<boolean>;
@@ -242,6 +297,11 @@ export interface PublisherOptions {
   /** Backoff, ms: initialBackoff (default 100) doubling up to maxBackoff (default 5000), jittered. */
   initialBackoff?: number;
   maxBackoff?: number;
+  /**
+   * ms after which a publish() the server has not answered rejects with DEADLINE_EXCEEDED
+   * (default 60000, as Pub/Sub's publish timeout); also the default timeout of close().
+   */
+  timeout?: number;
   /** Told of each broken stream (the publisher reopens it). */
   onError?: (err: RedqError) => void;
   /** For the Client opened when the publisher is given an address. */
@@ -253,11 +313,19 @@ export interface PublisherOptions {
 }
 
 export interface PublisherStats {
+  /** publish() calls taken (past the argument checks). */
+  submitted: number;
+  /** Of those, resolved with the id the server gave. */
   published: number;
-  failed: number;
-  requests: number;
-  retries: number;
+  /** Of those, recognised by the server as duplicates (their id is the first one's). */
   duplicates: number;
+  /** Rejected: refused by the server, out of retries, or past the timeout. */
+  failed: number;
+  /** Requests sent (resends included). */
+  requests: number;
+  /** Requests resent. */
+  retries: number;
+  /** Streams opened. */
   streams: number;
 }
 
@@ -266,17 +334,28 @@ export declare class Publisher {
   constructor(client: Client | string, options?: PublisherOptions);
   readonly client: Client;
   readonly stats: PublisherStats;
-  /** Resolves with the message id; rejects with a RedqError. */
+  /** The publish timeout, ms. */
+  readonly timeout: number;
+  /**
+   * Resolves with the message id; rejects with a RedqError (DEADLINE_EXCEEDED after `timeout` ms
+   * without an answer), or a TypeError for bad arguments.
+   */
   publish(topic: string, payload: Payload, options?: PublishOptions): Promise<string>;
   /** Resolves once every message published so far has its id or its error. */
   flush(): Promise<void>;
-  /** Flushes, then ends the stream (and closes the Client if the publisher opened it). */
-  close(): Promise<void>;
+  /**
+   * Flushes, then ends the stream (and closes the Client if the publisher opened it). Waits at most
+   * `timeout` ms (default: the publisher's timeout): then what still waits rejects with DEADLINE_EXCEEDED,
+   * the stream is cancelled, and close() resolves.
+   */
+  close(options?: { timeout?: number }): Promise<void>;
 }
 
 /** One delivery, as the handler gets it. */
 export declare class Message {
   readonly id: string;
+  /** The topic it was published to (on a pattern subscription, the topic that matched). */
+  readonly topic: string;
   /** A view of the received bytes. */
   readonly payload: Buffer;
   readonly attributes: Record<string, string>;
@@ -286,12 +365,13 @@ export declare class Message {
   readonly deliverAt: Date;
   /** 1 on the first delivery, one more on each redelivery. */
   readonly deliveryAttempt: number;
+  /** '' on EPHEMERAL topics: their messages are not acked (ack() and nack() send nothing). */
   readonly ackId: string;
   /** True once acked or nacked. */
   readonly settled: boolean;
-  /** Acks it (later calls, and the handler's result, do nothing). */
+  /** Acks it (later calls, and the handler's result, do nothing; nothing is sent on EPHEMERAL topics). */
   ack(): void;
-  /** Gives it back for redelivery after `delay` ms, or the subscription's retry backoff when undefined. */
+  /** Gives it back for redelivery after `delay` ms, or the subscription's retry backoff when undefined (EPHEMERAL: nothing sent). */
   nack(delay?: number): void;
   toJSON(): object;
 }
@@ -335,8 +415,23 @@ export interface SubscribeOptions {
   maxBackoff?: number;
   /** How long close() waits for the server to end the stream, ms (default 10000). */
   closeTimeout?: number;
-  /** Told of handler failures (with the message) and of broken or refused streams. */
+  /**
+   * Ask the server to confirm every request of acks, so that the stats count every ack applied
+   * (default false: only where it costs little: the acks that linger, extensions, flush(), close(), and
+   * every request on an ordered subscription).
+   */
+  confirmAcks?: boolean;
+  /**
+   * Told of handler failures (with the message) and of broken streams the subscription reopens;
+   * not of a failure that stops it (a refused stream): that rejects `closed` (and `opened`).
+   */
   onError?: (err: unknown, message?: Message) => void;
+  /**
+   * Instead of a topic (null or ''): a NATS-style pattern of EPHEMERAL topics ('sensors.*.temp',
+   * 'sensors.>'); the stream gets the messages of every one whose name matches, created later or not.
+   * A topic and a pattern, or neither, is a TypeError.
+   */
+  pattern?: string;
 }
 
 export interface AckConfirmation {
@@ -348,25 +443,52 @@ export interface AckConfirmation {
 }
 
 export interface SubscriptionStats {
+  /** Messages received, in `responses` responses. */
   received: number;
   responses: number;
+  /** Acks and nacks made here (by handlers, message.ack()/nack()), and lease extensions sent (by the lease timer). */
+  ackRequested: number;
+  nackRequested: number;
+  extendRequested: number;
+  /** Of those, the ones the server reported it applied (all of them with confirmAcks)... */
   acked: number;
   nacked: number;
   extended: number;
+  /** ...or did not: the delivery was no longer current (say redelivered since). */
+  lost: number;
+  /** Requests written on the stream, and streams opened. */
   requests: number;
   streams: number;
+  /** EPHEMERAL topics: messages the server dropped for this stream because it fell behind. */
+  dropped: number;
 }
 
 /** A handler running on the messages of one subscription, over a StreamingSubscribe stream. */
 export declare class Subscription {
+  /** '' on a pattern subscription. */
   readonly topic: string;
+  /** '' on a topic's subscription. */
+  readonly pattern: string;
   readonly subscription: string;
   readonly stats: SubscriptionStats;
-  /** Resolves once closed; rejects if the server refused the stream (e.g. INVALID_ARGUMENT). */
+  /** EPHEMERAL topics: the messages the server dropped for this stream, in all, because it fell behind (stats.dropped). */
+  readonly dropped: number;
+  /**
+   * Resolves when the server has accepted the stream (the subscription exists then); rejects with the
+   * RedqError if it stops before that (refused: INVALID_ARGUMENT, PERMISSION_DENIED…; or closed
+   * first: CANCELLED). Waits while the server cannot be reached.
+   */
+  readonly opened: Promise<void>;
+  /** Resolves once closed; rejects if the subscription stopped on an error (e.g. the server refused the stream). */
   readonly closed: Promise<void>;
   /** Changes the stream's flow control (0 or undefined: unchanged). */
   setFlowControl(limits: { maxOutstanding?: number; maxOutstandingBytes?: number }): void;
-  /** Sends the acks and nacks gathered so far and resolves with the server's confirmation of them. */
+  /**
+   * Sends the acks and nacks gathered so far, and resolves once the server has applied every ack, nack
+   * and lease extension made before the call (those already written included), with what it said of those
+   * it had not confirmed before the call (acks sent at full speed without confirmAcks are applied but not
+   * listed). Rejects if the stream carrying them breaks first.
+   */
   flush(): Promise<AckConfirmation>;
   /** Stops taking messages, waits for running handlers, sends their acks, ends the stream. */
   close(): Promise<void>;
@@ -376,8 +498,11 @@ export declare class Subscriber {
   /** With an address: `clientOptions`, `token` and `tls` are those of the Client opened (token and tls are refused with a Client). */
   constructor(client: Client | string, options?: SubscribeOptions & { clientOptions?: ClientOptions; token?: string; tls?: boolean | TlsOptions });
   readonly client: Client;
-  /** Starts handling the messages of `subscription` on `topic` (both created on first use). */
-  subscribe(topic: string, subscription: string, handler: Handler, options?: SubscribeOptions): Subscription;
+  /**
+   * Starts handling the messages of `subscription` on `topic` (both created on first use); with
+   * `options.pattern` and a null topic, of every EPHEMERAL topic the pattern matches.
+   */
+  subscribe(topic: string | null, subscription: string, handler: Handler, options?: SubscribeOptions): Subscription;
   /** Closes every subscription, then the Client if the subscriber opened it. */
   close(): Promise<void>;
 }

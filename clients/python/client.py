@@ -5,8 +5,8 @@
     python client.py publish TOPIC PAYLOAD [PAYLOAD...] [--attr KEY=VALUE]
 
 It runs straight from the repository: when the redq package is not installed,
-it imports the one beside this file, which generates its gRPC stubs from
-../../proto into a cache on first use (that needs grpcio-tools:
+it imports the one beside this file (its gRPC stubs are committed; it needs
+grpcio, protobuf and googleapis-common-protos:
 pip install -r clients/python/requirements.txt).
 
 The server address comes from REDQ_ADDR (default 127.0.0.1:50051). The last
@@ -63,13 +63,13 @@ def demo():
             redq.Subscriber(ADDR) as subscriber:
         # 1. Publish three messages: the publisher sends them as one batch.
         batch = [f"batch-{i}" for i in (1, 2, 3)]
-        futures = [publisher.publish(topic, p, attributes={"lang": "python", "n": str(i)})
+        futures = [publisher.publish(topic, p.encode(), attributes={"lang": "python", "n": str(i)})
                    for i, p in enumerate(batch, 1)]
         ids = [f.result(CALL_TIMEOUT) for f in futures]
-        print(f"published batch of 3: ids {ids} ({publisher.stats.requests} request)")
+        print(f"published batch of 3: ids {ids} ({publisher.stats.requests_sent} request)")
 
         # 2. Schedule one message for one second from now.
-        scheduled = client.schedule(topic, "delayed", delay=1, attributes={"lang": "python"})
+        scheduled = client.schedule(topic, b"delayed", delay=1, attributes={"lang": "python"})
         print(f"scheduled 'delayed' (delay 1s): id {scheduled.message_id}, deliver_at {fmt(scheduled.deliver_at)}")
 
         # 3. Subscribe. The handler (in the subscriber's thread pool) decides and
@@ -144,7 +144,7 @@ def publish(args):
         attributes[key] = value
     check_server()
     with redq.Publisher(ADDR) as publisher:
-        futures = [publisher.publish(args.topic, p, attributes=attributes) for p in args.payload]
+        futures = [publisher.publish(args.topic, p.encode(), attributes=attributes) for p in args.payload]
         for payload, future in zip(args.payload, futures):
             print(f"published {payload!r} to {args.topic}: id {future.result(CALL_TIMEOUT)}")
     print(f"OK: python client: published {len(args.payload)} message(s) to {args.topic}")

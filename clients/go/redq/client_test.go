@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	redqv1 "redq/v1"
+	redqv1 "github.com/redq-dev/redq/clients/go/redq/v1"
 )
 
 func TestScheduleCancelReschedule(t *testing.T) {

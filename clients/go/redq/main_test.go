@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io/ioutil"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,7 +21,7 @@ import (
 
 	"google.golang.org/grpc"
 
-	redqv1 "redq/v1"
+	redqv1 "github.com/redq-dev/redq/clients/go/redq/v1"
 )
 
 // serverAddr is the redq the tests use.
@@ -156,4 +157,46 @@ func streamHook(method string, wrap func(grpc.ClientStream) grpc.ClientStream) g
 		}
 		return wrap(s), nil
 	})
+}
+
+// silentServer is a TCP listener on a free port that accepts connections and
+// never says a word: a server that does not answer. It returns its address.
+func silentServer(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns []net.Conn
+	accepted := make(chan struct{})
+	go func() {
+		defer close(accepted)
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			conns = append(conns, conn) // held open, never read nor written
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		<-accepted
+		for _, conn := range conns {
+			conn.Close()
+		}
+	})
+	return l.Addr().String()
+}
+
+// dialNoWait makes a Client whose connection is made in the background, as
+// Dial's would be if it did not wait: for a server that never answers.
+func dialNoWait(t *testing.T, addr string) *Client {
+	t.Helper()
+	conn, err := grpc.Dial(addr, grpc.WithInsecure())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return NewClient(conn)
 }

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
 	"sort"
 	"strconv"
 	"sync"
@@ -22,12 +23,16 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	redqv1 "redq/v1"
+	redqv1 "github.com/redq-dev/redq/clients/go/redq/v1"
 )
 
 // ErrClosed is the error of a publish made after Close began, or left
 // unanswered when Close gave up waiting.
 var ErrClosed = errors.New("redq: publisher closed")
+
+// DefaultPublishTimeout is PublisherOptions.Timeout's default, as Pub/Sub's
+// publish timeout.
+const DefaultPublishTimeout = 60 * time.Second
 
 // PublishOption sets a field of a published message.
 type PublishOption func(*redqv1.PublishMessage)
@@ -85,11 +90,18 @@ type PublisherOptions struct {
 	// MaxPending bounds the messages published and not yet answered; Publish
 	// blocks (until its context ends) while there are this many (default 100000).
 	MaxPending int
-	// RetryTimeout is how long after Publish a message is still retried
-	// (default 60 s); then its result fails with the last error.
-	RetryTimeout time.Duration
+	// Timeout is how long after Publish a message may go unanswered
+	// (default DefaultPublishTimeout, 60 s), whatever holds it up: a server
+	// that does not answer, retries, a connection that cannot be made. Then
+	// its result fails with DEADLINE_EXCEEDED (a gRPC status error naming
+	// the last error seen); a message already sent may still be published.
+	Timeout time.Duration
 	// Backoff is the wait between retries (and stream reconnects).
 	Backoff Backoff
+	// DisableAutoDedupe sends no automatic dedupe id (see Publisher): a
+	// resend may then publish a message twice. (A topic whose kind refuses
+	// dedupe ids, LIST, gets none anyway: see Publisher.)
+	DisableAutoDedupe bool
 }
 
 func (o PublisherOptions) withDefaults() PublisherOptions {
@@ -108,19 +120,23 @@ func (o PublisherOptions) withDefaults() PublisherOptions {
 	if o.MaxPending <= 0 {
 		o.MaxPending = 100000
 	}
-	if o.RetryTimeout <= 0 {
-		o.RetryTimeout = 60 * time.Second
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultPublishTimeout
 	}
 	o.Backoff = o.Backoff.withDefaults()
 	return o
 }
 
-// PublisherStats count what a Publisher sent, for monitoring (and tests).
+// PublisherStats count what a Publisher did, for monitoring (and tests).
+// The ...Sent counters count what was written to the stream, resends
+// included; Published and Failed count results, each message once.
 type PublisherStats struct {
-	Requests   uint64 // PublishStream requests sent, resends included
-	Messages   uint64 // messages in them
-	Retries    uint64 // requests answered UNAVAILABLE, or unanswered on a broken stream
-	Reconnects uint64 // streams opened after the first
+	RequestsSent uint64 // PublishStream requests written, resends included
+	MessagesSent uint64 // messages in them (a resent message counts again)
+	Published    uint64 // messages the server answered with an id (duplicates included)
+	Failed       uint64 // messages whose result failed: a server error, Timeout, Close
+	Retries      uint64 // requests answered UNAVAILABLE, or unanswered on a broken stream
+	Reconnects   uint64 // streams opened after the first
 }
 
 // PublishResult is the future of one published message.
@@ -166,9 +182,14 @@ type pending struct {
 	msg   *redqv1.PublishMessage
 	size  int // encoded, with its field tag and length
 	res   *PublishResult
-	since time.Time // when Publish took it, for RetryTimeout
+	since time.Time // when Publish took it, for Timeout
 	epoch uint64    // for Flush
 	alone bool      // send in a request of its own (see complete)
+	// autoDedupe: msg.DedupeId is the Publisher's automatic one.
+	autoDedupe bool
+	// Under Publisher.mu:
+	resolved bool  // its result is known (it may still be in a request in flight)
+	lastErr  error // the last retryable error it met, for the timeout's message
 }
 
 // request is a request in flight: the messages it carries, in order.
@@ -192,7 +213,10 @@ type topicQueue struct {
 // MaxBytes) as soon as a request is answered. A broken stream is reopened
 // with backoff and its unanswered messages are sent again, as are those of a
 // request answered UNAVAILABLE; every message carries a dedupe id, so a
-// message whose first try did reach the server is not published twice.
+// message whose first try did reach the server is not published twice. A
+// topic whose kind refuses dedupe ids (LIST: a list element is bytes only)
+// gets none: the messages of the refused request are sent again without
+// their automatic ones, and later ones go without.
 //
 // A request that fails otherwise (INVALID_ARGUMENT, RESOURCE_EXHAUSTED…)
 // fails the results of its messages with that status. Since such a request
@@ -213,6 +237,10 @@ type Publisher struct {
 
 	dedupePrefix string
 	dedupeSeq    uint64 // atomic
+	// noDedupe holds the topics whose kind refuses dedupe ids (LIST: a list
+	// element is bytes only), learnt from the server's refusal: their
+	// messages go without the automatic one. Under mu.
+	noDedupe map[string]bool
 
 	mu       sync.Mutex
 	started  bool
@@ -224,7 +252,12 @@ type Publisher struct {
 	epoch    uint64         // Flush cuts an epoch; Publish tags its messages with it
 	perEpoch map[uint64]int // unanswered messages by epoch
 	flushers []flushWaiter  // Flush calls waiting
-	stats    PublisherStats
+	// byAge holds the unanswered messages in publish order (answered ones
+	// leave from the front), so the oldest's Timeout is the next to end;
+	// expiry is the timer for it, nil when none is set.
+	byAge  []*pending
+	expiry *time.Timer
+	stats  PublisherStats
 }
 
 type flushWaiter struct {
@@ -248,6 +281,7 @@ func NewPublisher(c *Client, opts PublisherOptions) *Publisher {
 		// message, without a call for randomness per message.
 		dedupePrefix: "go-" + hex.EncodeToString(prefix) + "-",
 		topics:       map[string]*topicQueue{},
+		noDedupe:     map[string]bool{},
 		inflight:     map[uint64]request{},
 		perEpoch:     map[uint64]int{},
 	}
@@ -258,7 +292,8 @@ func NewPublisher(c *Client, opts PublisherOptions) *Publisher {
 // result then fails with ctx's error); ctx has no other effect.
 func (p *Publisher) Publish(ctx context.Context, topic string, payload []byte, opts ...PublishOption) *PublishResult {
 	msg := newMessage(payload, opts)
-	if msg.DedupeId == "" {
+	auto := msg.DedupeId == "" && !p.opts.DisableAutoDedupe
+	if auto {
 		msg.DedupeId = p.dedupePrefix + strconv.FormatUint(atomic.AddUint64(&p.dedupeSeq, 1), 36)
 	}
 	select {
@@ -268,7 +303,7 @@ func (p *Publisher) Publish(ctx context.Context, topic string, payload []byte, o
 	}
 	res := &PublishResult{done: make(chan struct{})}
 	size := proto.Size(msg)
-	m := &pending{msg: msg, size: size + protoSizeOverhead(size), res: res, since: time.Now()}
+	m := &pending{msg: msg, size: size + protoSizeOverhead(size), res: res, autoDedupe: auto}
 
 	p.mu.Lock()
 	if p.closing {
@@ -276,8 +311,16 @@ func (p *Publisher) Publish(ctx context.Context, topic string, payload []byte, o
 		<-p.room
 		return failedResult(ErrClosed)
 	}
+	if auto && p.noDedupe[topic] {
+		m.dropAutoDedupe()
+	}
+	m.since = time.Now() // under p.mu: byAge stays in order of since
 	m.epoch = p.epoch
 	p.perEpoch[m.epoch]++
+	p.byAge = append(p.byAge, m)
+	if p.expiry == nil {
+		p.expiry = time.AfterFunc(p.opts.Timeout, p.expire)
+	}
 	p.enqueue(p.queueFor(topic), m)
 	if !p.started {
 		p.started = true
@@ -324,23 +367,40 @@ func (p *Publisher) Flush(ctx context.Context) error {
 	}
 }
 
-// Close flushes, then ends the stream. When ctx ends first, the stream is
-// cut and the messages still unanswered fail with ErrClosed (those that
-// reached the server may still be published). Publishing after Close fails.
+// Close flushes, then ends the stream; it never waits longer than ctx
+// allows, nor, with a ctx that never ends, much longer than twice Timeout
+// (every result is known within Timeout, and the server then has Timeout
+// to end the stream). When ctx ends before every result is known, the
+// stream is cut and the messages still unanswered fail with ErrClosed
+// (those that reached the server may still be published), and Close returns
+// ctx's error. Publishing after Close fails.
 func (p *Publisher) Close(ctx context.Context) error {
 	p.mu.Lock()
 	p.closing = true
 	started := p.started
 	p.mu.Unlock()
 	err := p.Flush(ctx)
-	if err != nil {
-		p.cancel()
+	if started && err == nil {
+		// Every result is known: let the server end the stream, a while.
+		p.signal()
+		t := time.NewTimer(p.opts.Timeout)
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
 	}
-	p.signal()
+	p.cancel()
 	if started {
 		<-p.done
 	}
-	p.cancel()
+	p.mu.Lock()
+	if p.expiry != nil {
+		p.expiry.Stop()
+		p.expiry = nil
+	}
+	p.mu.Unlock()
 	return err
 }
 
@@ -378,8 +438,17 @@ func (p *Publisher) enqueue(q *topicQueue, m *pending) {
 }
 
 // requeue puts ms (in publish order) back at the front of their topic's
-// queue. Callers hold p.mu.
+// queue, less those whose result is known already. Callers hold p.mu.
 func (p *Publisher) requeue(topic string, ms []*pending) {
+	kept := ms[:0:0]
+	for _, m := range ms {
+		if !m.resolved {
+			kept = append(kept, m)
+		}
+	}
+	if ms = kept; len(ms) == 0 {
+		return
+	}
 	q := p.queueFor(topic)
 	q.msgs = append(append(make([]*pending, 0, len(ms)+len(q.msgs)), ms...), q.msgs...)
 	if !q.ready {
@@ -388,14 +457,99 @@ func (p *Publisher) requeue(topic string, ms []*pending) {
 	}
 }
 
-// resolve answers m's result and frees its room. Callers hold p.mu.
+// resolve answers m's result and frees its room, unless its result is
+// known already (it timed out while in a request). Callers hold p.mu.
 func (p *Publisher) resolve(m *pending, id string, dup bool, at time.Time, err error) {
+	if m.resolved {
+		return
+	}
+	m.resolved = true
 	m.res.id, m.res.duplicate, m.res.deliverAt, m.res.err = id, dup, at, err
 	close(m.res.done)
 	<-p.room
+	if err == nil {
+		p.stats.Published++
+	} else {
+		p.stats.Failed++
+	}
+	for len(p.byAge) > 0 && p.byAge[0].resolved {
+		p.byAge[0] = nil
+		p.byAge = p.byAge[1:]
+	}
 	if p.perEpoch[m.epoch]--; p.perEpoch[m.epoch] == 0 {
 		delete(p.perEpoch, m.epoch)
 		p.wakeFlushers()
+	}
+}
+
+// expire fails the messages unanswered Timeout after Publish, wherever they
+// are: queued, waiting for a retry, or in a request in flight. A request in
+// flight whose messages all timed out is forgotten (an answer to it is
+// ignored): it holds no slot of MaxInFlight, and Close does not wait for it.
+// It runs on the expiry timer, which it sets again for the next message.
+func (p *Publisher) expire() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.expiry = nil
+	now := time.Now()
+	expired := false
+	for len(p.byAge) > 0 && now.Sub(p.byAge[0].since) >= p.opts.Timeout {
+		m := p.byAge[0]
+		expired = true
+		p.resolve(m, "", false, time.Time{}, timeoutError(p.opts.Timeout, m.lastErr)) // pops it
+	}
+	if expired {
+		p.dropResolved()
+	}
+	if len(p.byAge) > 0 {
+		p.expiry = time.AfterFunc(p.byAge[0].since.Add(p.opts.Timeout).Sub(now), p.expire)
+	}
+}
+
+// timeoutError is the error of a message unanswered after timeout.
+func timeoutError(timeout time.Duration, last error) error {
+	if last != nil {
+		return status.Errorf(codes.DeadlineExceeded, "redq: not published within the publish timeout (%v); last error: %v", timeout, last)
+	}
+	return status.Errorf(codes.DeadlineExceeded, "redq: not published within the publish timeout (%v)", timeout)
+}
+
+// dropResolved takes the messages whose result is known out of the queues,
+// and forgets the requests in flight that hold only such messages. Callers
+// hold p.mu.
+func (p *Publisher) dropResolved() {
+	ready := p.ready[:0]
+	for _, q := range p.ready {
+		kept := q.msgs[:0]
+		for _, m := range q.msgs {
+			if !m.resolved {
+				kept = append(kept, m)
+			}
+		}
+		for i := len(kept); i < len(q.msgs); i++ {
+			q.msgs[i] = nil
+		}
+		if q.msgs = kept; len(kept) > 0 {
+			ready = append(ready, q)
+			continue
+		}
+		q.ready = false
+		if q.retries == 0 {
+			delete(p.topics, q.topic)
+		}
+	}
+	for i := len(ready); i < len(p.ready); i++ {
+		p.ready[i] = nil
+	}
+	p.ready = ready
+	for id, req := range p.inflight {
+		answered := true
+		for _, m := range req.msgs {
+			answered = answered && m.resolved
+		}
+		if answered {
+			delete(p.inflight, id)
+		}
 	}
 }
 
@@ -461,8 +615,8 @@ func (p *Publisher) next() (*redqv1.PublishStreamRequest, time.Duration) {
 		}
 		p.nextID++
 		p.inflight[p.nextID] = request{topic: q.topic, msgs: batch}
-		p.stats.Requests++
-		p.stats.Messages += uint64(len(batch))
+		p.stats.RequestsSent++
+		p.stats.MessagesSent += uint64(len(batch))
 		req := &redqv1.PublishStreamRequest{RequestId: p.nextID, Topic: q.topic, Messages: make([]*redqv1.PublishMessage, len(batch))}
 		for j, m := range batch {
 			req.Messages[j] = m.msg
@@ -601,7 +755,12 @@ func (p *Publisher) serve() (progress bool, err error) {
 		p.mu.Unlock()
 		if finished {
 			stream.CloseSend()
-			return true, streamErr(<-recvErr)
+			select {
+			case err := <-recvErr:
+				return true, streamErr(err)
+			case <-ctx.Done(): // Close stopped waiting for the server
+				return true, ctx.Err()
+			}
 		}
 		var tick <-chan time.Time
 		if wait > 0 {
@@ -632,7 +791,7 @@ func (p *Publisher) complete(resp *redqv1.PublishStreamResponse) {
 	defer p.mu.Unlock()
 	req, ok := p.inflight[resp.RequestId]
 	if !ok {
-		return // not ours (a server bug); nothing waits for it
+		return // forgotten (its messages timed out), or a server bug: nothing waits for it
 	}
 	delete(p.inflight, resp.RequestId)
 	topic, batch := req.topic, req.msgs
@@ -645,6 +804,15 @@ func (p *Publisher) complete(resp *redqv1.PublishStreamResponse) {
 			q.retries++
 			q.retryAt = time.Now().Add(p.opts.Backoff.delay(q.retries))
 			p.retry(topic, batch, err)
+		case codes.Code(st.Code) == codes.InvalidArgument && autoDedupeRefused(st.Message, batch):
+			// The automatic dedupe id, refused: the topic's kind takes none
+			// (LIST: a list element is bytes only). Its messages go without
+			// one from now on, these at once.
+			p.noDedupe[topic] = true
+			for _, m := range append(batch, q.msgs...) {
+				m.dropAutoDedupe()
+			}
+			p.requeue(topic, batch)
 		case codes.Code(st.Code) == codes.InvalidArgument && len(batch) > 1:
 			// Nothing of the request was published: a bad message may have
 			// failed its good neighbours. Find the culprit(s).
@@ -676,20 +844,46 @@ func (p *Publisher) complete(resp *redqv1.PublishStreamResponse) {
 	}
 }
 
-// retry requeues the messages of batch that are still within RetryTimeout
-// and fails the others with err. Callers hold p.mu.
+// refusedDedupe matches the server's refusal of a message's dedupe id,
+// "messages[3].dedupe_id: …".
+var refusedDedupe = regexp.MustCompile(`^messages\[(\d+)\]\.dedupe_id:`)
+
+// autoDedupeRefused tells whether msg refuses the dedupe id of a message of
+// batch that is the Publisher's automatic one.
+func autoDedupeRefused(msg string, batch []*pending) bool {
+	m := refusedDedupe.FindStringSubmatch(msg)
+	if m == nil {
+		return false
+	}
+	i, err := strconv.Atoi(m[1])
+	return err == nil && i < len(batch) && batch[i].autoDedupe
+}
+
+// dropAutoDedupe removes m's automatic dedupe id. Callers hold the
+// Publisher's mu, and m is in no request being sent.
+func (m *pending) dropAutoDedupe() {
+	if m.autoDedupe {
+		m.msg.DedupeId = ""
+		m.autoDedupe = false
+	}
+}
+
+// retry requeues the messages of batch that are still within Timeout and
+// fails the others with DEADLINE_EXCEEDED naming err. Callers hold p.mu.
 func (p *Publisher) retry(topic string, batch []*pending, err error) {
 	kept := batch[:0:0]
 	for _, m := range batch {
-		if time.Since(m.since) > p.opts.RetryTimeout {
-			p.resolve(m, "", false, time.Time{}, err)
+		if m.resolved {
+			continue
+		}
+		m.lastErr = err
+		if time.Since(m.since) >= p.opts.Timeout {
+			p.resolve(m, "", false, time.Time{}, timeoutError(p.opts.Timeout, err))
 			continue
 		}
 		kept = append(kept, m)
 	}
-	if len(kept) > 0 {
-		p.requeue(topic, kept)
-	}
+	p.requeue(topic, kept)
 }
 
 // streamBroken requeues every unanswered request, oldest first, to be sent

@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	redqv1 "redq/v1"
+	redqv1 "github.com/redq-dev/redq/clients/go/redq/v1"
 )
 
 func durationMs(n int) *durationpb.Duration {
@@ -118,10 +118,10 @@ func TestPublishBatchesWhileInFlight(t *testing.T) {
 	st := p.Stats()
 	// At most inFlight requests went out before the first answer; after
 	// it, the rest is in full requests.
-	if max := uint64(inFlight + n/perRequest + 1); st.Requests > max || st.Messages != n {
-		t.Fatalf("%d messages in %d requests, want %d in at most %d", st.Messages, st.Requests, n, max)
+	if max := uint64(inFlight + n/perRequest + 1); st.RequestsSent > max || st.MessagesSent != n {
+		t.Fatalf("%d messages in %d requests, want %d in at most %d", st.MessagesSent, st.RequestsSent, n, max)
 	}
-	t.Logf("%d messages in %d requests", st.Messages, st.Requests)
+	t.Logf("%d messages in %d requests", st.MessagesSent, st.RequestsSent)
 	p.Close(ctx)
 }
 
@@ -231,8 +231,8 @@ func TestPublishFlushAndClose(t *testing.T) {
 			t.Fatal("Flush returned before a message was answered")
 		}
 	}
-	if st := p.Stats(); st.Requests != 1 {
-		t.Errorf("linger: %d requests, want 1", st.Requests)
+	if st := p.Stats(); st.RequestsSent != 1 {
+		t.Errorf("linger: %d requests, want 1", st.RequestsSent)
 	}
 	late := p.Publish(ctx, topic, []byte("y"))
 	if err := p.Close(ctx); err != nil {

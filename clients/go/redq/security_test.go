@@ -32,10 +32,11 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	redqv1 "redq/v1"
+	redqv1 "github.com/redq-dev/redq/clients/go/redq/v1"
 )
 
 // secureServer is a `redq dev` with TLS, optional mTLS and a tokens file.
@@ -83,6 +84,10 @@ func secured(t *testing.T) *secureServer {
 		secure, secureErr = startSecureServer(secureBinary)
 	})
 	if secureBinary == "" {
+		if os.Getenv("REDQ_BIN") != "" {
+			// Set, and wrong: a configuration error, never a quiet skip.
+			t.Fatalf("no redq binary for the TLS and token tests: %s", secureNoBin)
+		}
 		t.Skipf("no redq binary for the TLS and token tests: %s", secureNoBin)
 	}
 	if secureErr != nil {
@@ -108,7 +113,7 @@ func redqBinary() (string, string) {
 		return bin, ""
 	}
 	var candidates []string
-	// The package's folder is clients/go/redq (maybe through gopath/src/redq).
+	// The package's folder is clients/go/redq.
 	if wd, err := os.Getwd(); err == nil {
 		if real, err := filepath.EvalSymlinks(wd); err == nil {
 			candidates = append(candidates, filepath.Join(real, "..", "..", "..", "target", "debug", "redq"))
@@ -331,11 +336,11 @@ func randomHex(n int) string {
 }
 
 // dialSecure connects a Client to the secured server for one test.
-func dialSecure(t *testing.T, srv *secureServer, sec Security) *Client {
+func dialSecure(t *testing.T, srv *secureServer, sec Security, opts ...grpc.DialOption) *Client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c, err := DialSecure(ctx, srv.addr, sec)
+	c, err := DialSecure(ctx, srv.addr, sec, opts...)
 	if err != nil {
 		t.Fatalf("DialSecure(%v): %v", sec, err)
 	}
@@ -452,7 +457,11 @@ func TestTLSWithoutTokenUnauthenticated(t *testing.T) {
 		"unknown token": {CA: srv.ca, Token: "redq_go_unknown_" + randomHex(8)},
 	} {
 		t.Run(strings.ReplaceAll(name, " ", "_"), func(t *testing.T) {
-			c := dialSecure(t, srv, sec)
+			// The Publisher reads the server's refusal only once all five
+			// messages are queued: one published after it would rightly
+			// open a stream again.
+			refusal := make(chan struct{})
+			c := dialSecure(t, srv, sec, gated(refusal))
 			ctx := waitCtx(t, 5*time.Second)
 			topic := newTopic(t)
 			_, err := c.Admin().GetTopic(ctx, &redqv1.GetTopicRequest{Name: topic})
@@ -468,6 +477,7 @@ func TestTLSWithoutTokenUnauthenticated(t *testing.T) {
 			for i := 0; i < 5; i++ {
 				results = append(results, p.Publish(ctx, newTopic(t), []byte(fmt.Sprint(i))))
 			}
+			close(refusal)
 			for _, r := range results {
 				_, err := r.Get(ctx)
 				wantCode(t, "Publish", err, codes.Unauthenticated)

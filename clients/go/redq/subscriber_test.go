@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	redqv1 "redq/v1"
+	redqv1 "github.com/redq-dev/redq/clients/go/redq/v1"
 )
 
 // publish publishes payloads to topic with a Publisher of its own and
@@ -112,7 +112,7 @@ func TestSubscribeReceivesAndAcks(t *testing.T) {
 	if st := subscription(t, c, topic, "sub").Stats; st.AckedCount != 3 || st.Pending != 0 {
 		t.Fatalf("after Close: acked %d, pending %d; want 3, 0", st.AckedCount, st.Pending)
 	}
-	if st := s.Stats(); st.Acked != 3 || st.Requests > 3 {
+	if st := s.Stats(); st.AcksSent != 3 || st.AcksConfirmed != 3 || st.RequestsSent > 3 {
 		t.Errorf("stats %+v: want 3 acks in at most 3 requests", st)
 	}
 }
@@ -212,7 +212,7 @@ func TestLeaseExtension(t *testing.T) {
 	if ms, st := d.all(), s.Stats(); len(ms) != 1 || st.Received != 1 {
 		t.Fatalf("%d deliveries handled, %d received, want 1", len(ms), st.Received)
 	}
-	if st := s.Stats(); st.Extended < 2 {
+	if st := s.Stats(); st.ExtensionsSent < 2 {
 		t.Errorf("stats %+v: want at least 2 lease extensions", st)
 	}
 	if st := subscription(t, c, topic, "sub").Stats; st.AckedCount != 1 || st.Pending != 0 {
@@ -349,7 +349,7 @@ func TestAckLinger(t *testing.T) {
 	if e := time.Since(start); e > noLinger {
 		t.Fatalf("Close took %v: it waited for the linger", e)
 	}
-	if n, st := acked(), s.Stats(); n != 7 || st.Acked != 7 {
+	if n, st := acked(), s.Stats(); n != 7 || st.AcksConfirmed != 7 {
 		t.Fatalf("after Close: %d acked, stats %+v; want 7", n, st)
 	}
 }
@@ -448,5 +448,5 @@ func TestSubscribeMany(t *testing.T) {
 	if sub := subscription(t, c, topic, "sub").Stats; sub.AckedCount != n || sub.Pending != 0 {
 		t.Fatalf("acked %d, pending %d; want %d, 0", sub.AckedCount, sub.Pending, n)
 	}
-	t.Logf("%d acks in %d requests", st.Acked, st.Requests)
+	t.Logf("%d acks in %d requests", st.AcksSent, st.RequestsSent)
 }

@@ -2,22 +2,29 @@
 // subscribers and the admin client made from it; also the unary calls for
 // scheduled messages (schedule, cancel, reschedule).
 //
-// The protos are loaded at run time from the repository's proto/ folder
-// (../../../proto from this file; the package is installed as a symlink to
-// clients/node, so the path resolves), with proto-loader for the unary RPCs
-// and AdminService, and the hand-written codec of codec.js for the two
-// streaming RPCs.
+// The protos are loaded at run time from the package's own proto/ folder
+// (copies of the repository's, kept equal by scripts/sync-protos.js), so the
+// source tree and an installed tarball read the same files: proto-loader for
+// the unary RPCs and AdminService, and the hand-written codec of codec.js for
+// the two streaming RPCs.
 
 import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import grpc from '@grpc/grpc-js';
 import protoLoader from '@grpc/proto-loader';
+import { AdminClient } from './admin.js';
 import { RedqError, isRetryable } from './errors.js';
 import { channelSecurity, parseAddress, tokenInterceptor } from './security.js';
-import { backoffDelay, sleep, toDuration, toTimestamp, fromTimestamp, toPayload, checkTime } from './util.js';
+import { backoffDelay, sleep, toDuration, toTimestamp, fromTimestamp, toPayload, checkOptions, checkTime } from './util.js';
 
-/** Where the .proto files are: the repository's proto/ folder. */
-export const PROTO_DIR = fileURLToPath(new URL('../../../proto/', import.meta.url));
+/** The names of the Client options (index.d.ts: ClientOptions). */
+export const CLIENT_OPTIONS = Object.freeze(['token', 'tls', 'credentials', 'channelOptions', 'callTimeout', 'maxRetries']);
+/** The names of schedule()'s options (index.d.ts: ScheduleOptions). */
+export const SCHEDULE_OPTIONS = Object.freeze(['delay', 'deliverAt', 'attributes', 'orderingKey', 'dedupeId']);
+const RESCHEDULE_OPTIONS = Object.freeze(['delay', 'deliverAt']);
+
+/** Where the .proto files are: the package's proto/ folder. */
+export const PROTO_DIR = fileURLToPath(new URL('../proto/', import.meta.url));
 
 const LOADER_OPTIONS = {
   includeDirs: [PROTO_DIR],
@@ -77,9 +84,10 @@ export class Client {
    * @param {number} [options.callTimeout] deadline of each unary call in ms (default 10000)
    * @param {number} [options.maxRetries] retries of schedule() on UNAVAILABLE (default 5)
    */
-  constructor(address, options = {}) {
+  constructor(address, options) {
     if (typeof address !== 'string' || address === '') throw new TypeError('address: must be host:port');
-    const { v1 } = loadProtos();
+    options = checkOptions(options, CLIENT_OPTIONS, 'Client options');
+    const { definition, v1 } = loadProtos();
     const { target, tls: schemeTls } = parseAddress(address);
     this.address = target;
     this.callTimeout = options.callTimeout ?? 10_000;
@@ -99,7 +107,7 @@ export class Client {
     /** The AdminService stub, on the same channel (and with the same interceptors). */
     this.adminStub = new v1.AdminService(target, credentials, { channelOverride: this.queueStub.getChannel(), interceptors });
     /** The AdminService, with promise-returning methods. */
-    this.admin = new AdminClient(this);
+    this.admin = new AdminClient(this, definition);
     this._dedupePrefix = dedupePrefix();
     this._dedupeSeq = 0;
     this._closed = false;
@@ -129,9 +137,13 @@ export class Client {
   /**
    * Schedules one message: delivered after `delay` ms or at `deliverAt`
    * (exactly one). Retried on UNAVAILABLE with an automatic dedupe id.
+   * @param {string} topic
+   * @param {Buffer|Uint8Array} payload
+   * @param {object} options delay or deliverAt, attributes, orderingKey, dedupeId
    * @returns {Promise<{id: string, deliverAt: Date, duplicate: boolean}>}
    */
-  async schedule(topic, payload, options = {}) {
+  async schedule(topic, payload, options) {
+    options = checkOptions(options, SCHEDULE_OPTIONS, 'schedule options');
     const { delay, deliverAt } = options;
     checkTime(delay, deliverAt, true);
     const request = {
@@ -162,7 +174,8 @@ export class Client {
    * Moves a scheduled message not yet due to `delay` ms from now or to `deliverAt`.
    * @returns {Promise<{rescheduled: boolean, deliverAt: Date|null}>}
    */
-  async reschedule(topic, messageId, { delay, deliverAt } = {}) {
+  async reschedule(topic, messageId, when) {
+    const { delay, deliverAt } = checkOptions(when, RESCHEDULE_OPTIONS, 'reschedule options');
     checkTime(delay, deliverAt, true);
     const response = await this.unary(this.queueStub, 'RescheduleDelayed', {
       topic,
@@ -189,27 +202,6 @@ export class Client {
     this._closed = true;
     this.adminStub.close();
     this.queueStub.close();
-  }
-}
-
-/**
- * The AdminService with a promise-returning method per RPC, named in
- * lowerCamelCase: createTopic, getTopic, listTopics, updateTopic,
- * deleteTopic, createSubscription, getSubscription, listSubscriptions,
- * updateSubscription, deleteSubscription, listDeadLetters,
- * redriveDeadLetters, purgeDeadLetters, seek. Requests and responses are the
- * messages of admin.proto in camelCase (proto-loader objects: 64-bit numbers
- * as numbers, enums as their names, Durations and Timestamps as
- * {seconds, nanos}).
- */
-export class AdminClient {
-  constructor(client) {
-    this._client = client;
-    const service = client.adminStub.constructor.service;
-    for (const name of Object.keys(service)) {
-      const method = name[0].toLowerCase() + name.slice(1);
-      this[method] = (request = {}, timeout) => client.unary(client.adminStub, name, request, timeout);
-    }
   }
 }
 

@@ -229,7 +229,8 @@ const START_POSITIONS = { earliest: 1, latest: 2 };
  * Encodes a StreamingSubscribeRequest. `req` has any of: subscribe (the
  * SubscribeRequest fields in camelCase, durations in ms), acks, nacks,
  * modifies (arrays of Message), nackDelay, modifyDeadline (ms),
- * maxOutstandingMessages, maxOutstandingBytes, confirm.
+ * maxOutstandingMessages, maxOutstandingBytes, confirm, and tag (a string
+ * sent as one more ack id: see Subscription's confirmations).
  * @returns {Buffer}
  */
 export function encodeStreamingSubscribeRequest(w, req) {
@@ -256,9 +257,11 @@ export function encodeStreamingSubscribeRequest(w, req) {
     if (s.maxDeliveryAttempts) w.uintField(8, s.maxDeliveryAttempts);
     if (s.maxOutstandingBytes) w.uintField(9, s.maxOutstandingBytes);
     if (s.enableMessageOrdering) w.uintField(10, 1);
+    if (s.pattern) w.stringField(11, s.pattern);
     w.end(mark);
   }
   if (req.acks) writeAckIds(w, 2, req.acks);
+  if (req.tag) w.stringField(2, req.tag);
   if (req.nacks) {
     writeAckIds(w, 3, req.nacks);
     if (req.nackDelay !== undefined && req.nackDelay !== null) w.millisField(4, req.nackDelay);
@@ -406,6 +409,9 @@ function readMessage(r, m) {
       case 0x32: // deliver_at
         m._deliverMs = r.millis();
         break;
+      case 0x3a: // topic
+        m.topic = r.string();
+        break;
       default:
         r.skip(tag & 7);
     }
@@ -438,17 +444,73 @@ function readReceived(r, buf) {
   return m;
 }
 
-function readConfirmation(r) {
-  const c = { ackedIds: [], nackedIds: [], modifiedIds: [], lostIds: [], invalidIds: [] };
-  const lists = [null, c.ackedIds, c.nackedIds, c.modifiedIds, c.lostIds, c.invalidIds];
+const CONFIRMATION_KEYS = [null, 'ackedIds', 'nackedIds', 'modifiedIds', 'lostIds', 'invalidIds'];
+
+/**
+ * An AckConfirmation as received: the number of ids in each list, counted
+ * without reading them (the subscription counts every confirmation but
+ * reads the ids only for a flush() that waits), and lists() to read them.
+ */
+export class Confirmation {
+  constructor(buf, start, end) {
+    this._buf = buf;
+    this._start = start;
+    this._end = end;
+    this.acked = 0;
+    this.nacked = 0;
+    this.modified = 0;
+    this.lost = 0;
+    this.invalid = 0;
+  }
+
+  /** Ids of every list. */
+  get total() {
+    return this.acked + this.nacked + this.modified + this.lost + this.invalid;
+  }
+
+  /** The invalid ids alone (the list a Subscription's tags come back in). */
+  invalidIds() {
+    const ids = [];
+    if (this.invalid === 0) return ids;
+    const r = new Reader(this._buf, this._start, this._end);
+    while (r.pos < r.end) {
+      const tag = r.varint();
+      if (tag === 0x2a) ids.push(r.string());
+      else r.skip(tag & 7);
+    }
+    return ids;
+  }
+
+  /** The ids: {ackedIds, nackedIds, modifiedIds, lostIds, invalidIds}. */
+  lists() {
+    const c = { ackedIds: [], nackedIds: [], modifiedIds: [], lostIds: [], invalidIds: [] };
+    const r = new Reader(this._buf, this._start, this._end);
+    while (r.pos < r.end) {
+      const tag = r.varint();
+      const field = tag >>> 3;
+      if ((tag & 7) === WT_LEN && field >= 1 && field <= 5) c[CONFIRMATION_KEYS[field]].push(r.string());
+      else r.skip(tag & 7);
+    }
+    return c;
+  }
+}
+
+const CONFIRMATION_COUNTS = [null, 'acked', 'nacked', 'modified', 'lost', 'invalid'];
+
+function readConfirmation(r, buf) {
   const end = r.lenEnd();
+  const c = new Confirmation(buf, r.pos, end);
   const outer = r.end;
   r.end = end;
   while (r.pos < end) {
     const tag = r.varint();
     const field = tag >>> 3;
-    if ((tag & 7) === WT_LEN && field >= 1 && field <= 5) lists[field].push(r.string());
-    else r.skip(tag & 7);
+    if ((tag & 7) === WT_LEN && field >= 1 && field <= 5) {
+      c[CONFIRMATION_COUNTS[field]]++;
+      r.pos = r.lenEnd();
+    } else {
+      r.skip(tag & 7);
+    }
   }
   r.end = outer;
   return c;
@@ -456,19 +518,21 @@ function readConfirmation(r) {
 
 /**
  * Decodes a SubscribeResponse.
- * @returns {{messages: Message[], confirmation: object|null}}
+ * @returns {{messages: Message[], confirmation: Confirmation|null, dropped: number}}
  */
 export function decodeSubscribeResponse(buf) {
   const r = new Reader(buf);
   const messages = [];
   let confirmation = null;
+  let dropped = 0;
   while (r.pos < r.end) {
     const tag = r.varint();
     if (tag === 0x0a) messages.push(readReceived(r, buf));
-    else if (tag === 0x12) confirmation = readConfirmation(r);
+    else if (tag === 0x12) confirmation = readConfirmation(r, buf);
+    else if (tag === 0x18) dropped = r.varint();
     else r.skip(tag & 7);
   }
-  return { messages, confirmation };
+  return { messages, confirmation, dropped };
 }
 
 function readStatus(r) {

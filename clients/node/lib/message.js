@@ -10,6 +10,8 @@ export class Message {
   constructor(buf) {
     /** The message id (as Publish returned it). */
     this.id = '';
+    /** The topic it was published to (on a pattern subscription, the topic that matched). */
+    this.topic = '';
     /** The ordering key it was published with ('' when none). */
     this.orderingKey = '';
     /** 1 on the first delivery, one more on each redelivery. */
@@ -55,9 +57,14 @@ export class Message {
     return new Date(this._deliverMs);
   }
 
-  /** The opaque ack id of this delivery. */
+  /** The opaque ack id of this delivery ('' on EPHEMERAL topics: nothing to ack). */
   get ackId() {
     return this._buf.toString('utf8', this._ackStart, this._ackEnd);
+  }
+
+  /** False for a delivery without an ack id (EPHEMERAL topics): ack() and nack() then send nothing. */
+  get _hasAckId() {
+    return this._ackEnd > this._ackStart;
   }
 
   /** True once ack() or nack() was called (or the handler's result settled it). */
@@ -65,7 +72,10 @@ export class Message {
     return this._state === 2;
   }
 
-  /** Acknowledges the message: it will not be delivered again. Later calls do nothing. */
+  /**
+   * Acknowledges the message: it will not be delivered again. Later calls do nothing,
+   * and so does this one on an EPHEMERAL topic's message (it has no ack id).
+   */
   ack() {
     if (this._state !== 2 && this._sub !== null) this._sub._settle(this, true, undefined);
   }
@@ -82,6 +92,7 @@ export class Message {
   toJSON() {
     return {
       id: this.id,
+      topic: this.topic,
       payload: this.payload.toString('base64'),
       attributes: this.attributes,
       orderingKey: this.orderingKey,

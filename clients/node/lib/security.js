@@ -11,8 +11,10 @@
 
 import { readFileSync } from 'node:fs';
 import grpc from '@grpc/grpc-js';
+import { checkOptions } from './util.js';
 
-const TLS_KEYS = new Set(['ca', 'cert', 'key', 'serverName']);
+/** The names of the `tls` options (index.d.ts: TlsOptions). */
+const TLS_OPTIONS = Object.freeze(['ca', 'cert', 'key', 'serverName']);
 
 /**
  * PEM bytes of a Buffer / Uint8Array, of PEM text, or read from a path.
@@ -62,11 +64,7 @@ export function channelSecurity({ tls, credentials }, schemeTls) {
     return { credentials, channelOptions: {} };
   }
   if (!wantsTls) return { credentials: grpc.credentials.createInsecure(), channelOptions: {} };
-  const options = typeof tls === 'object' && tls !== null ? tls : {};
-  for (const key of Object.keys(options)) {
-    if (!TLS_KEYS.has(key)) throw new TypeError(`tls.${key}: unknown option (ca, cert, key, serverName)`);
-  }
-  const { ca, cert, key, serverName } = options;
+  const { ca, cert, key, serverName } = checkOptions(typeof tls === 'object' ? tls : null, TLS_OPTIONS, 'tls options');
   if ((cert == null) !== (key == null)) throw new TypeError('tls: give cert and key together (the client certificate of mTLS)');
   const channelOptions = {};
   if (serverName != null) {

@@ -1,14 +1,18 @@
 // Test helpers (outside test/, so that `node --test` does not take this file
 // for a test): the redq server to test against (REDQ_ADDR, or a private
 // redis-server + redq started for the test file when it is unset), unique
-// topic names, bounded waits, and a TCP proxy that can cut connections, to
-// break streams for real.
+// topic names, bounded waits, a TCP proxy that can hold back the server's
+// answers or cut connections, to break streams for real, and servers that
+// accept connections and never answer. Every server here listens on a port
+// the system picks (port 0) and reads it back, so none fails because another
+// program holds a port.
 
 import { spawn, execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import net from 'node:net';
+import http2 from 'node:http2';
 import { randomBytes } from 'node:crypto';
 
 const REDQ_BIN = process.env.REDQ_BIN ?? '/tmp/redq-bin/redq';
@@ -86,8 +90,9 @@ export async function waitFor(predicate, timeout = 10_000, what = 'condition') {
 
 /**
  * A TCP proxy to `target` (host:port) on a local port. hold() stops
- * passing the server's bytes to the client; cut() destroys every
- * connection (the client sees a broken connection and reconnects).
+ * passing the server's bytes to the client, release() passes them again
+ * (those held back first); cut() destroys every connection (the client sees
+ * a broken connection and reconnects).
  */
 export async function startProxy(target) {
   const [host, port] = [target.slice(0, target.lastIndexOf(':')), Number(target.slice(target.lastIndexOf(':') + 1))];
@@ -121,6 +126,10 @@ export async function startProxy(target) {
         upstream.pause();
       }
     },
+    release() {
+      holding = false;
+      for (const { client, upstream } of pairs) upstream.pipe(client);
+    },
     cut() {
       holding = false;
       for (const { client, upstream } of pairs) {
@@ -134,4 +143,48 @@ export async function startProxy(target) {
       return new Promise((resolve) => proxy.close(resolve));
     },
   };
+}
+
+/**
+ * A server that never answers, on a local port: `tcp` accepts connections
+ * and says nothing (not even HTTP/2's settings); `http2` speaks HTTP/2 and
+ * takes every stream, but never sends its headers.
+ * @param {'tcp'|'http2'} kind
+ * @returns {Promise<{address: string, close(): Promise<void>}>}
+ */
+export async function startSilentServer(kind) {
+  const sockets = new Set();
+  const server = kind === 'http2' ? http2.createServer() : net.createServer();
+  server.on('connection', (socket) => {
+    sockets.add(socket);
+    socket.on('close', () => sockets.delete(socket));
+    socket.on('error', () => {});
+  });
+  if (kind === 'http2') {
+    server.on('stream', (stream) => stream.on('error', () => {})); // kept open, unanswered
+  }
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    address: `127.0.0.1:${server.address().port}`,
+    close() {
+      for (const socket of sockets) socket.destroy();
+      return new Promise((resolve) => server.close(() => resolve()));
+    },
+  };
+}
+
+/**
+ * The outcome of `promise` as {value} or {error}, or throws if it does not
+ * settle within `ms` (a test of something that must not hang fails instead).
+ */
+export async function settled(promise, ms, what) {
+  let timer;
+  const timeout = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what}: did not settle within ${ms} ms`)), ms);
+  });
+  try {
+    return await Promise.race([promise.then((value) => ({ value }), (error) => ({ error })), timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
 }

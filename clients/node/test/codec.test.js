@@ -100,7 +100,16 @@ test('StreamingSubscribeRequest: the opening request and acks of received messag
     retryPolicy: { minimumBackoff: { seconds: 0, nanos: 100e6 }, maximumBackoff: { seconds: 60, nanos: 0 } },
     maxDeliveryAttempts: 5,
     enableMessageOrdering: true,
+    pattern: '',
   });
+
+  // A pattern instead of a topic.
+  const byPattern = streamingSubscribe.requestDeserialize(
+    encodeStreamingSubscribeRequest(w, { subscribe: { topic: '', pattern: 'sensors.*.temp', subscription: 'dashboard' } }),
+  );
+  assert.equal(byPattern.subscribe.topic, '');
+  assert.equal(byPattern.subscribe.pattern, 'sensors.*.temp');
+  assert.equal(byPattern.subscribe.subscription, 'dashboard');
 
   // Ack ids are written back from the bytes they were received in.
   const response = methods.StreamingSubscribe.responseSerialize({
@@ -116,10 +125,11 @@ test('StreamingSubscribeRequest: the opening request and acks of received messag
       modifyDeadline: 45_000,
       maxOutstandingMessages: 10,
       confirm: true,
+      tag: 'tag-7',
     }),
   );
   assert.equal(req.subscribe, null);
-  assert.deepEqual(req.ackIds, ['a/1/c/1', 'b/1/c/2']);
+  assert.deepEqual(req.ackIds, ['a/1/c/1', 'b/1/c/2', 'tag-7'], 'the tag goes last, as one more ack id');
   assert.deepEqual(req.nackIds, ['c/2/c/3']);
   assert.deepEqual(req.nackDelay, { seconds: 0, nanos: 0 });
   assert.deepEqual(req.modifyDeadlineAckIds, ['a/1/c/1']);
@@ -144,14 +154,17 @@ test('SubscribeResponse: messages and a confirmation', () => {
           orderingKey: 'customer-7',
           publishTime,
           deliverAt: { seconds: 1_764_470_090, nanos: 0 },
+          topic: 'orders',
         },
         deliveryAttempt: 3,
       },
       { ackId: 'x', message: { id: 'y' }, deliveryAttempt: 1 },
     ],
     confirmation: { ackedIds: ['a', 'b'], lostIds: ['c'], invalidIds: ['d'] },
+    dropped: 2 ** 40 + 3,
   });
-  const { messages, confirmation } = decodeSubscribeResponse(buf);
+  const { messages, confirmation, dropped } = decodeSubscribeResponse(buf);
+  assert.equal(dropped, 2 ** 40 + 3);
   assert.equal(messages.length, 2);
   const [m, empty] = messages;
   assert.ok(m instanceof Message);
@@ -163,11 +176,29 @@ test('SubscribeResponse: messages and a confirmation', () => {
   assert.equal(m.publishTime.getTime(), 1_764_470_000_123);
   assert.equal(m.deliverAt.getTime(), 1_764_470_090_000);
   assert.equal(m.deliveryAttempt, 3);
+  assert.equal(m.topic, 'orders');
+  assert.equal(m._hasAckId, true);
+  assert.equal(empty.topic, '');
   assert.deepEqual(empty.payload, Buffer.alloc(0));
   assert.deepEqual(empty.attributes, {});
   assert.equal(empty.orderingKey, '');
-  assert.deepEqual(confirmation, { ackedIds: ['a', 'b'], nackedIds: [], modifiedIds: [], lostIds: ['c'], invalidIds: ['d'] });
+  assert.deepEqual(
+    [confirmation.acked, confirmation.nacked, confirmation.modified, confirmation.lost, confirmation.invalid, confirmation.total],
+    [2, 0, 0, 1, 1, 4],
+    'counted without reading the ids',
+  );
+  assert.deepEqual(confirmation.lists(), { ackedIds: ['a', 'b'], nackedIds: [], modifiedIds: [], lostIds: ['c'], invalidIds: ['d'] });
+  assert.deepEqual(confirmation.invalidIds(), ['d']);
   assert.equal(decodeSubscribeResponse(Buffer.alloc(0)).confirmation, null);
+  assert.equal(decodeSubscribeResponse(Buffer.alloc(0)).dropped, 0);
+
+  // An EPHEMERAL delivery: no ack id.
+  const [live] = decodeSubscribeResponse(
+    methods.StreamingSubscribe.responseSerialize({ messages: [{ message: { id: '7', topic: 'sensors.hall.temp' }, deliveryAttempt: 1 }] }),
+  ).messages;
+  assert.equal(live.ackId, '');
+  assert.equal(live._hasAckId, false);
+  assert.equal(live.topic, 'sensors.hall.temp');
 });
 
 test('PublishStreamResponse: ids and duplicates, or a status', () => {

@@ -47,7 +47,7 @@ test('options: tls and token are checked, and the token shows in no error or ins
   assert.throws(() => connect('127.0.0.1:1', { token: 'two words' }), /token: must be/);
   assert.throws(() => connect('127.0.0.1:1', { token: '' }), /token: must be/);
   assert.throws(() => connect('127.0.0.1:1', { tls: { cert: 'a.crt' } }), /cert and key together/);
-  assert.throws(() => connect('127.0.0.1:1', { tls: { rootCa: 'x' } }), /tls\.rootCa: unknown option/);
+  assert.throws(() => connect('127.0.0.1:1', { tls: { rootCa: 'x' } }), /tls options: unknown option 'rootCa' \(known: ca, cert, key, serverName\)/);
   assert.throws(() => connect('127.0.0.1:1', { tls: { ca: '/no/such/ca.crt' } }), /tls\.ca: cannot read \/no\/such\/ca\.crt/);
   assert.throws(() => connect('127.0.0.1:1', { tls: true, credentials: grpc.credentials.createInsecure() }), /not both/);
   assert.throws(() => connect('http://127.0.0.1:1', { tls: true }), /http:\/\//);
@@ -90,7 +90,7 @@ describe('TLS and tokens against a secured redq', { skip }, () => {
     });
     const subscriber = new Subscriber(`https://${server.address}`, { tls: { ca: pemText(server.certs.ca) }, token: server.tokens.good });
     try {
-      const ids = await Promise.all(['a', 'b', 'c'].map((p) => publisher.publish(topic, p)));
+      const ids = await Promise.all(['a', 'b', 'c'].map((p) => publisher.publish(topic, Buffer.from(p))));
       const received = [];
       const sub = subscriber.subscribe(topic, 'billing', (m) => {
         received.push(m.id);
@@ -130,11 +130,11 @@ describe('TLS and tokens against a secured redq', { skip }, () => {
     const publisher = new Publisher(client);
     const subscriber = new Subscriber(client);
     try {
-      assertCode(await client.schedule(topic, 'x', { delay: 1000 }).catch((e) => e), status.UNAUTHENTICATED);
+      assertCode(await client.schedule(topic, Buffer.from('x'), { delay: 1000 }).catch((e) => e), status.UNAUTHENTICATED);
       assert.equal(counter.calls, 1, 'schedule() did not retry');
       assertCode(await client.admin.listTopics({}).catch((e) => e), status.UNAUTHENTICATED);
 
-      const publishes = await Promise.allSettled(['a', 'b'].map((p) => publisher.publish(topic, p)));
+      const publishes = await Promise.allSettled(['a', 'b'].map((p) => publisher.publish(topic, Buffer.from(p))));
       for (const r of publishes) assertCode(r.reason, status.UNAUTHENTICATED);
       assert.equal(publisher.stats.retries, 0);
       assert.equal(publisher.stats.streams, 1);
@@ -164,7 +164,7 @@ describe('TLS and tokens against a secured redq', { skip }, () => {
     const publisher = new Publisher(client);
     const subscriber = new Subscriber(client);
     try {
-      const err = await client.schedule(topic, 'x', { delay: 1000 }).catch((e) => e);
+      const err = await client.schedule(topic, Buffer.from('x'), { delay: 1000 }).catch((e) => e);
       assertCode(err, status.PERMISSION_DENIED);
       assert.equal(err.codeName, 'PERMISSION_DENIED');
       assert.equal(counter.calls, 1, 'schedule() did not retry');
@@ -172,14 +172,18 @@ describe('TLS and tokens against a secured redq', { skip }, () => {
       assertCode(await client.admin.createTopic({ name: topic }).catch((e) => e), status.PERMISSION_DENIED);
       await client.admin.listTopics({}); // what it may do, it can
 
-      assertCode(await publisher.publish(topic, 'x').catch((e) => e), status.PERMISSION_DENIED);
+      assertCode(await publisher.publish(topic, Buffer.from('x')).catch((e) => e), status.PERMISSION_DENIED);
       assert.equal(publisher.stats.retries, 0);
       assert.equal(publisher.stats.requests, 1);
 
-      const sub = subscriber.subscribe(topic, 's', () => {});
-      assertCode(await sub.closed.catch((e) => e), status.PERMISSION_DENIED);
+      const errors = [];
+      const sub = subscriber.subscribe(topic, 's', () => {}, { onError: (e) => errors.push(e) });
+      const refused = await sub.opened.then(() => 'opened', (e) => e);
+      assertCode(refused, status.PERMISSION_DENIED);
+      assert.equal(await sub.closed.catch((e) => e), refused, 'closed rejects with the same error');
       await new Promise((resolve) => setTimeout(resolve, 300));
       assert.equal(sub.stats.streams, 1, 'the subscription did not reopen its stream');
+      assert.deepEqual(errors, [], 'reported once: not to onError');
     } finally {
       await publisher.close();
       await subscriber.close();
@@ -192,7 +196,7 @@ describe('TLS and tokens against a secured redq', { skip }, () => {
     const client = connect(server.address, { tls: { ...tls, cert: server.certs.clientCert, key: pemText(server.certs.clientKey) } });
     const publisher = new Publisher(client);
     try {
-      const id = await publisher.publish(topic, 'by certificate');
+      const id = await publisher.publish(topic, Buffer.from('by certificate'));
       assert.match(id, /^\d+-\d+$/);
       assert.equal((await client.admin.getTopic({ name: topic })).stats.streamLength, 1);
     } finally {
@@ -212,7 +216,7 @@ describe('TLS and tokens against a secured redq', { skip }, () => {
       const sub = subscriber.subscribe(topic, 's', (m) => {
         received.push(m.id);
       });
-      await publisher.publish(topic, 'before');
+      await publisher.publish(topic, Buffer.from('before'));
       await waitFor(() => received.length === 1, 10_000, 'a message before the revocation');
 
       server.revoke('revoke'); // rewrites the file without it, then SIGHUP
@@ -221,7 +225,7 @@ describe('TLS and tokens against a secured redq', { skip }, () => {
       assert.equal(sub.stats.streams, 1, 'not reopened');
 
       const retries = publisher.stats.retries;
-      const after = await Promise.allSettled(['x', 'y', 'z'].map((p) => publisher.publish(topic, p)));
+      const after = await Promise.allSettled(['x', 'y', 'z'].map((p) => publisher.publish(topic, Buffer.from(p))));
       for (const r of after) assertCode(r.reason, status.UNAUTHENTICATED);
       assert.equal(publisher.stats.retries, retries, 'not retried');
     } finally {

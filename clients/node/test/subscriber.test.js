@@ -1,6 +1,8 @@
 // Subscriber against a live redq: messages published with the library and
 // received with it, implicit and explicit acks and nacks, redelivery, lease
-// extension, concurrency, graceful close, reconnecting, a refused stream.
+// extension, concurrency, graceful close, reconnecting, a refused stream
+// (reported once), the `opened` signal, flush() waiting for the server's
+// confirmation of acks already written, and the confirmed counts.
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -57,8 +59,8 @@ test('messageOrdering: one message of a key at a time, in order, beside other ke
   const topic = unique('node-sub-ordered');
   const ids = [];
   for (let i = 0; i < 3; i++) {
-    ids.push(await publisher.publish(topic, `a-${i}`, { orderingKey: 'a' }));
-    await publisher.publish(topic, `b-${i}`, { orderingKey: 'b' });
+    ids.push(await publisher.publish(topic, Buffer.from(`a-${i}`), { orderingKey: 'a' }));
+    await publisher.publish(topic, Buffer.from(`b-${i}`), { orderingKey: 'b' });
   }
   const subscriber = new Subscriber(client);
   const running = new Map();
@@ -81,7 +83,7 @@ test('messageOrdering: one message of a key at a time, in order, beside other ke
 
 test('nack(0) redelivers at once with delivery attempt 2', async () => {
   const topic = unique('node-sub-nack');
-  const id = await publisher.publish(topic, 'again');
+  const id = await publisher.publish(topic, Buffer.from('again'));
   const subscriber = new Subscriber(client);
   const attempts = [];
   const sub = subscriber.subscribe(topic, 'nack', (m) => {
@@ -92,15 +94,17 @@ test('nack(0) redelivers at once with delivery attempt 2', async () => {
   await waitFor(() => attempts.length === 2, 10_000, 'the redelivery');
   await subscriber.close();
   assert.deepEqual(attempts, [1, 2]);
-  assert.equal(sub.stats.nacked, 1);
-  assert.equal(sub.stats.acked, 1);
+  assert.equal(sub.stats.nackRequested, 1);
+  assert.equal(sub.stats.ackRequested, 1);
+  assert.equal(sub.stats.nacked, 1, 'the nack confirmed');
+  assert.equal(sub.stats.acked, 1, 'the ack confirmed');
   assert.equal((await subscriptionStats(topic, 'nack')).ackedCount, 1);
 });
 
 test('a handler that throws, or rejects, nacks (redelivered after the retry backoff)', async () => {
   const topic = unique('node-sub-throw');
-  await publisher.publish(topic, 'sync');
-  await publisher.publish(topic, 'async');
+  await publisher.publish(topic, Buffer.from('sync'));
+  await publisher.publish(topic, Buffer.from('async'));
   const subscriber = new Subscriber(client);
   const seen = [];
   const errors = [];
@@ -127,7 +131,7 @@ test('a handler that throws, or rejects, nacks (redelivered after the retry back
 
 test('a sync throw in a plain (not async) handler nacks too', async () => {
   const topic = unique('node-sub-throw-sync');
-  await publisher.publish(topic, 'x');
+  await publisher.publish(topic, Buffer.from('x'));
   const subscriber = new Subscriber(client);
   const attempts = [];
   subscriber.subscribe(
@@ -146,7 +150,7 @@ test('a sync throw in a plain (not async) handler nacks too', async () => {
 
 test('the lease is extended while a slow handler runs', async () => {
   const topic = unique('node-sub-lease');
-  await publisher.publish(topic, 'slow');
+  await publisher.publish(topic, Buffer.from('slow'));
   const subscriber = new Subscriber(client);
   const deliveries = [];
   let confirmation = null;
@@ -166,12 +170,12 @@ test('the lease is extended while a slow handler runs', async () => {
   await subscriber.close();
   assert.deepEqual(deliveries, [1], 'not redelivered while the handler ran');
   assert.equal(confirmation.ackedIds.length, 1, `the ack applied (lost: ${confirmation.lostIds})`);
-  assert.ok(sub.stats.extended >= 2, `extended ${sub.stats.extended} times`);
+  assert.ok(sub.stats.extended >= 2, `extended ${sub.stats.extended} times (confirmed), of ${sub.stats.extendRequested}`);
 });
 
 test('concurrency bounds the handlers running at once', async () => {
   const topic = unique('node-sub-conc');
-  await Promise.all(Array.from({ length: 20 }, (_, i) => publisher.publish(topic, `m${i}`)));
+  await Promise.all(Array.from({ length: 20 }, (_, i) => publisher.publish(topic, Buffer.from(`m${i}`))));
   const subscriber = new Subscriber(client);
   let running = 0;
   let most = 0;
@@ -194,7 +198,7 @@ test('concurrency bounds the handlers running at once', async () => {
 
 test('close waits for running handlers, acks them, and gives back the rest', async () => {
   const topic = unique('node-sub-close');
-  await Promise.all(Array.from({ length: 10 }, (_, i) => publisher.publish(topic, `m${i}`)));
+  await Promise.all(Array.from({ length: 10 }, (_, i) => publisher.publish(topic, Buffer.from(`m${i}`))));
   const subscriber = new Subscriber(client);
   let started = 0;
   let finished = 0;
@@ -213,7 +217,8 @@ test('close waits for running handlers, acks them, and gives back the rest', asy
   await subscriber.close();
   assert.equal(finished, 4, 'close waited for the running handlers');
   assert.equal(started, 4, 'no handler started after close');
-  assert.equal(sub.stats.nacked, 6, 'the 6 waiting were given back');
+  assert.equal(sub.stats.nackRequested, 6, 'the 6 waiting were given back');
+  assert.equal(sub.stats.nacked, 6, 'and the server confirmed it');
   assert.equal((await subscriptionStats(topic, 'close')).ackedCount, 4, 'the acks applied before close resolved');
 
   // The 6 given back go to the next stream. (One of them may come only after
@@ -238,7 +243,7 @@ test('acks linger while the stream holds under half its window, go at once past 
   const acked = async () => (await subscriptionStats(topic, 'linger')).ackedCount;
 
   // One message: 1 of 10 held, its ack waits for more.
-  await publisher.publish(topic, 'first');
+  await publisher.publish(topic, Buffer.from('first'));
   await waitFor(() => handled === 1, 10_000, 'the first message');
   const handledAt = performance.now();
   await sleep(500);
@@ -247,26 +252,26 @@ test('acks linger while the stream holds under half its window, go at once past 
   assert.ok(performance.now() - handledAt >= LINGER - 100, 'sent after the linger, not before');
 
   // Five at once: half the window held, their acks go at once.
-  await Promise.all(Array.from({ length: 5 }, (_, i) => publisher.publish(topic, `m${i}`)));
+  await Promise.all(Array.from({ length: 5 }, (_, i) => publisher.publish(topic, Buffer.from(`m${i}`))));
   const publishedAt = performance.now();
   await waitFor(async () => (await acked()) === 6, 10_000, 'the acks of a half-full window');
   assert.ok(performance.now() - publishedAt < LINGER - 500, 'without lingering');
 
   // close() sends a lingering ack at once.
-  await publisher.publish(topic, 'last');
+  await publisher.publish(topic, Buffer.from('last'));
   await waitFor(() => handled === 7, 10_000, 'the last message');
   const closing = performance.now();
   await subscriber.close();
   assert.ok(performance.now() - closing < LINGER - 500, 'close did not wait for the linger');
   assert.equal(await acked(), 7);
-  assert.equal(sub.stats.acked, 7);
+  assert.equal(sub.stats.ackRequested, 7);
 });
 
 test('a response of more than half the window is handled in halves, the first half acked before the second starts', async () => {
   const topic = unique('node-sub-halves');
   await client.admin.createTopic({ name: topic });
   await client.admin.createSubscription({ topic, name: 'halves' });
-  await Promise.all(Array.from({ length: 10 }, (_, i) => publisher.publish(topic, `m${i}`)));
+  await Promise.all(Array.from({ length: 10 }, (_, i) => publisher.publish(topic, Buffer.from(`m${i}`))));
   const subscriber = new Subscriber(client);
   const seen = []; // the requests written when each handler started
   let sub;
@@ -282,6 +287,48 @@ test('a response of more than half the window is handled in halves, the first ha
   await subscriber.close();
 });
 
+test('confirmAcks: every request asks for a confirmation, at full speed too, and the stats count every ack', async () => {
+  const topic = unique('node-sub-confirm-all');
+  await client.admin.createTopic({ name: topic });
+  await client.admin.createSubscription({ topic, name: 'all' });
+  await Promise.all(Array.from({ length: 10 }, (_, i) => publisher.publish(topic, Buffer.from(`m${i}`))));
+  const subscriber = new Subscriber(client);
+  let handled = 0;
+  const sub = subscriber.subscribe(topic, 'all', () => {
+    handled++;
+  }, { maxOutstanding: 10, confirmAcks: true });
+  await waitFor(() => handled === 10, 10_000, 'the backlog');
+  await sub.flush();
+  assert.deepEqual([sub.stats.ackRequested, sub.stats.acked, sub.stats.lost], [10, 10, 0]);
+  await subscriber.close();
+});
+
+test('ordered: a late ack is reported lost, and the stream goes on', async () => {
+  const topic = unique('node-sub-ordered-late');
+  await publisher.publish(topic, Buffer.from('late'), { orderingKey: 'k' });
+  const subscriber = new Subscriber(client);
+  let first = null;
+  let release;
+  const held = new Promise((resolve) => (release = resolve));
+  const got = [];
+  const sub = subscriber.subscribe(topic, 'late', (m) => {
+    got.push(`${m.payload}:${m.deliveryAttempt}`);
+    if (m.payload.toString() === 'late' && m.deliveryAttempt === 1) {
+      first = m;
+      return held; // its lease (1 s, not extended) runs out and it is redelivered
+    }
+    return undefined;
+  }, { messageOrdering: true, maxOutstanding: 2, ackDeadline: 1_000, maxExtension: 0, ...FAST_RETRY });
+  await waitFor(() => got.includes('late:2'), 10_000, 'the redelivery');
+  first.ack(); // too late; the stream holds half its window, where acks go at full speed
+  await waitFor(() => sub.stats.lost === 1, 10_000, 'the late ack reported lost');
+  release();
+  await publisher.publish(topic, Buffer.from('after'), { orderingKey: 'k' });
+  await waitFor(() => got.includes('after:1'), 10_000, 'a message after the late ack');
+  assert.equal(sub.stats.streams, 1, 'the stream did not end');
+  await subscriber.close();
+});
+
 test('a broken stream is reopened and delivery goes on', async () => {
   const topic = unique('node-sub-reconnect');
   const proxy = await startProxy(address);
@@ -291,23 +338,152 @@ test('a broken stream is reopened and delivery goes on', async () => {
   const sub = subscriber.subscribe(topic, 'reconnect', (m) => got.push(m.payload.toString()), {
     onError: (err) => errors.push(err.code),
   });
-  await publisher.publish(topic, 'before');
+  await publisher.publish(topic, Buffer.from('before'));
   await waitFor(() => got.length === 1, 10_000, 'the first message');
   proxy.cut();
   await waitFor(() => sub.stats.streams >= 2, 10_000, 'a new stream');
-  await publisher.publish(topic, 'after');
+  await publisher.publish(topic, Buffer.from('after'));
   await waitFor(() => got.includes('after'), 10_000, 'the message published after the break');
   await subscriber.close();
   await proxy.close();
   assert.ok(errors.includes(status.UNAVAILABLE), `errors: ${errors}`);
 });
 
-test('a refused subscription stops with the error', async () => {
+test('a refused subscription stops with the error, reported once: opened and closed reject, onError is not told', async () => {
   const subscriber = new Subscriber(client);
-  const sub = subscriber.subscribe('not a topic!', 'x', () => {});
-  const err = await sub.closed.catch((e) => e);
-  assert.ok(err instanceof RedqError);
+  const errors = [];
+  const sub = subscriber.subscribe('not a topic!', 'x', () => {}, { onError: (err) => errors.push(err) });
+  const err = await sub.closed.then(() => 'closed', (e) => e);
+  assert.ok(err instanceof RedqError, `closed rejected: ${err}`);
   assert.equal(err.code, status.INVALID_ARGUMENT);
   assert.match(err.details, /topic/);
   await subscriber.close();
+  assert.deepEqual(errors.map(String), [], 'onError is not told of a refusal');
+  assert.ok(sub.opened instanceof Promise);
+  assert.equal(await sub.opened.then(() => 'opened', (e) => e), err, 'opened rejects with the same error');
+  assert.equal(sub.stats.streams, 1, 'not retried');
+});
+
+test('opened resolves once the server has set the subscription up', async () => {
+  const topic = unique('node-sub-opened');
+  const subscriber = new Subscriber(client);
+  const errors = [];
+  const sub = subscriber.subscribe(topic, 'opened', () => {}, { onError: (err) => errors.push(err) });
+  assert.ok(sub.opened instanceof Promise);
+  await sub.opened;
+  // The subscription (and its topic) exist by then: the server sends the
+  // stream's headers after creating them.
+  const info = await client.admin.getSubscription({ topic, name: 'opened' });
+  assert.equal(info.name, 'opened');
+  await subscriber.close();
+  assert.deepEqual(errors, []);
+
+  const early = new Subscriber(client).subscribe(unique('node-sub-never'), 'x', () => {});
+  await early.close(); // before the server could answer
+  const cancelled = await early.opened.then(() => null, (e) => e);
+  assert.ok(cancelled === null || cancelled.code === status.CANCELLED, `opened settled: ${cancelled}`);
+});
+
+test('flush() waits for the confirmation of acks the linger already wrote, and returns their ids', async () => {
+  const topic = unique('node-sub-flush');
+  const proxy = await startProxy(address);
+  const subscriber = new Subscriber(proxy.address);
+  let ackId = null;
+  const sub = subscriber.subscribe(topic, 'flush', (m) => {
+    // From here on the server's answers (the ack's confirmation among them)
+    // stop at the proxy; the ack itself goes through.
+    proxy.hold();
+    ackId = m.ackId;
+  }, { ackLinger: 50 });
+  await sub.opened;
+  await publisher.publish(topic, Buffer.from('x'));
+  await waitFor(() => ackId !== null, 10_000, 'the message');
+  // The linger wrote the ack and the server applied it: not waiting in the library any more.
+  await waitFor(async () => (await subscriptionStats(topic, 'flush')).ackedCount === 1, 10_000, 'the ack applied');
+  let done = false;
+  const flushing = sub.flush().then((c) => {
+    done = true;
+    return c;
+  });
+  await sleep(300);
+  assert.equal(done, false, 'flush() waits for the confirmation held at the proxy');
+  proxy.release();
+  const confirmation = await flushing;
+  assert.deepEqual(confirmation.ackedIds, [ackId]);
+  assert.deepEqual([confirmation.nackedIds, confirmation.lostIds, confirmation.invalidIds], [[], [], []]);
+  assert.equal(sub.stats.acked, 1);
+  assert.equal((await subscriptionStats(topic, 'flush')).pending, 0);
+  await subscriber.close();
+  await proxy.close();
+});
+
+test('flush() also waits for acks sent at full speed without asking for a confirmation', async () => {
+  const topic = unique('node-sub-flush-fast');
+  await client.admin.createTopic({ name: topic });
+  await client.admin.createSubscription({ topic, name: 'fast' });
+  await Promise.all(Array.from({ length: 10 }, (_, i) => publisher.publish(topic, Buffer.from(`m${i}`))));
+  const proxy = await startProxy(address);
+  const subscriber = new Subscriber(proxy.address);
+  let handled = 0;
+  const sub = subscriber.subscribe(topic, 'fast', () => {
+    if (++handled === 10) proxy.hold(); // the server's answers stop at the proxy from here on
+  }, { maxOutstanding: 10 }); // the backlog fills the window: its acks go at once, without confirm
+  await waitFor(() => handled === 10, 10_000, 'the backlog');
+  await waitFor(async () => (await subscriptionStats(topic, 'fast')).ackedCount === 10, 10_000, 'the acks applied');
+  let done = false;
+  const flushing = sub.flush().then(() => {
+    done = true;
+  });
+  await sleep(300);
+  assert.equal(done, false, 'flush() waits for the server to say those acks are applied');
+  proxy.release();
+  await flushing;
+  assert.equal(sub.stats.ackRequested, 10);
+  await subscriber.close();
+  await proxy.close();
+});
+
+test('flush() sends lingering acks at once and returns them; with nothing waiting it resolves at once', async () => {
+  const topic = unique('node-sub-flush-now');
+  await Promise.all(['a', 'b'].map((p) => publisher.publish(topic, Buffer.from(p))));
+  const subscriber = new Subscriber(client);
+  const seen = [];
+  const sub = subscriber.subscribe(topic, 'flush', (m) => {
+    seen.push(m);
+  }, { ackLinger: 60_000, ...FAST_RETRY });
+  await waitFor(() => seen.length === 2, 10_000, 'both messages');
+  const first = await sub.flush(); // the handlers' acks linger (60 s): flush sends them now
+  assert.deepEqual(first.ackedIds.sort(), seen.map((m) => m.ackId).sort());
+  assert.deepEqual(await sub.flush(), { ackedIds: [], nackedIds: [], modifiedIds: [], lostIds: [], invalidIds: [] });
+  await subscriber.close();
+});
+
+test('stats: acked counts the acks the server applied, not those made', async () => {
+  const topic = unique('node-sub-stats');
+  await publisher.publish(topic, Buffer.from('x'));
+  const subscriber = new Subscriber(client);
+  let first = null;
+  let release;
+  const held = new Promise((resolve) => (release = resolve));
+  let redelivered = false;
+  const sub = subscriber.subscribe(topic, 'stats', (m) => {
+    if (m.deliveryAttempt === 1) {
+      first = m;
+      return held; // not acked: its lease (1 s, not extended) runs out and it is redelivered
+    }
+    redelivered = true; // acked by returning
+    return undefined;
+  }, { ackDeadline: 1_000, maxExtension: 0, ...FAST_RETRY });
+  await waitFor(() => redelivered, 10_000, 'the redelivery');
+  first.ack(); // too late: that delivery is no longer current
+  const confirmation = await sub.flush();
+  release();
+  assert.equal(sub.stats.acked, 1, 'one ack applied');
+  assert.equal(sub.stats.ackRequested, 2, 'of two made');
+  assert.equal(sub.stats.lost, 1, 'the other lost');
+  assert.deepEqual(confirmation.lostIds, [first.ackId]);
+  await subscriber.close();
+  const stats = await subscriptionStats(topic, 'stats');
+  assert.equal(stats.ackedCount, 1);
+  assert.equal(stats.pending, 0);
 });

@@ -11,6 +11,9 @@ Workloads, each on a fresh topic with 100-byte payloads:
     python bench/bench.py [--addr HOST:PORT] [--count N] [--quick] [--json FILE]
                           [--pids REDQ_PID,REDIS_PID] [--only publish1,e2e] [--impl lib,raw,sync]
                           [--ack-linger SECONDS]  (the Subscriber's ack_linger; default the library's)
+                          [--explicit-ack]  (consume: the handler calls message.ack(), which asks for a
+                                             confirmation, instead of returning)
+                          [--async-handler]  (consume: an `async def` handler instead of a plain function)
 
 Prints a Markdown table: msg/s (or latency), and CPU per message of the client
 process(es) and, with --pids, of the server processes (/proc/PID/stat).
@@ -124,7 +127,7 @@ async def publish1_lib(args, pids):
             await done
         check(state["errors"] == 0, f"{state['errors']} publishes failed")
         stats = publisher.stats
-    return row("publish1", "lib", count, m, requests=stats.requests)
+    return row("publish1", "lib", count, m, requests=stats.requests_sent)
 
 
 async def publish1_raw(args, pids):
@@ -174,11 +177,19 @@ async def consume_lib(args, pids):
     loop = asyncio.get_running_loop()
     done = loop.create_future()
     seen = [0]
+    explicit = args.explicit_ack
 
-    def handler(message):  # a plain function: returning acks
+    def handler(message):  # a plain function: returning acks (--explicit-ack: message.ack(), confirmed)
+        if explicit:
+            message.ack()
         seen[0] += 1
         if seen[0] == args.count:
             done.set_result(None)
+    if args.async_handler:
+        plain = handler
+
+        async def handler(message):  # the same as a coroutine function: run by worker tasks
+            plain(message)
     subscriber = redq.aio.Subscriber(args.addr)
     with Measure(pids) as m:
         sub = subscriber.subscribe(name, "bench", handler, max_outstanding=100, **SUBSCRIBER_OPTIONS)
@@ -186,7 +197,8 @@ async def consume_lib(args, pids):
         await sub.close()  # the last acks are sent
     await subscriber.close()
     await check_acked(args.addr, name, args.count)
-    return row("consume", "lib", args.count, m, requests=sub.stats.requests)
+    impl = "lib" + (": async def" if args.async_handler else "") + (": message.ack()" if explicit else "")
+    return row("consume", impl, args.count, m, requests=sub.stats.requests_sent)
 
 
 async def consume_raw(args, pids):
@@ -233,7 +245,7 @@ def consume_sync(args, pids):
 
 async def check_acked(addr, name, count):
     async with redq.aio.Client(addr) as client:
-        stats = (await client.admin.GetSubscription(topic=name, name="bench")).stats
+        stats = (await client.get_subscription(name, "bench")).stats
     check(stats.acked_count == count and stats.pending == 0,
           f"{name}: acked {stats.acked_count} of {count}, {stats.pending} pending")
 
@@ -450,6 +462,11 @@ def main():
                         help="library publishers without automatic dedupe ids (as the raw stubs publish)")
     parser.add_argument("--ack-linger", type=float, metavar="SECONDS",
                         help="the Subscriber's ack_linger in consume and e2e (default: the library's)")
+    parser.add_argument("--async-handler", action="store_true",
+                        help="consume (lib): an `async def` handler instead of a plain function")
+    parser.add_argument("--explicit-ack", action="store_true",
+                        help="consume (lib): the handler calls message.ack() (confirmed by the server) instead of "
+                             "returning")
     parser.add_argument("--outstanding", type=int, default=50, help=argparse.SUPPRESS)
     parser.add_argument("--topic", help=argparse.SUPPRESS)
     parser.add_argument("--warmup", type=int, default=0, help=argparse.SUPPRESS)

@@ -1,9 +1,13 @@
-"""What both APIs share: the error type, time conversions and retry backoff."""
+"""What both APIs share: the error types, payload and time conversions, retry backoff,
+and the type aliases of the public signatures."""
+
+from __future__ import annotations
 
 import asyncio
 import datetime
 import os
 import random
+from typing import Any, Iterable, Mapping, Optional, Union
 
 import grpc
 from google.protobuf.duration_pb2 import Duration
@@ -11,10 +15,20 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 DEFAULT_TARGET = "127.0.0.1:50051"
 
+# The types the public signatures take.
+Payload = Union[bytes, bytearray, memoryview]
+"""A message's payload: bytes-like (a str is refused: encode text yourself)."""
+Seconds = Union[float, datetime.timedelta]
+"""A duration: a number of seconds (int or float) or a datetime.timedelta."""
+Time = Union[datetime.datetime, float]
+"""A point in time: a datetime (naive means UTC) or seconds since the epoch."""
+ChannelOptions = Union[Mapping[str, Any], Iterable["tuple[str, Any]"]]
+"""Extra gRPC channel options: a mapping or (name, value) pairs."""
+
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
 
 
-def default_target():
+def default_target() -> str:
     """The server address: $REDQ_ADDR (host:port), else redq dev's 127.0.0.1:50051."""
     return os.environ.get("REDQ_ADDR") or DEFAULT_TARGET
 
@@ -22,48 +36,86 @@ def default_target():
 class RedqError(Exception):
     """A failed call or request: `code` is the grpc.StatusCode, `message` the server's text."""
 
-    def __init__(self, code, message=""):
+    def __init__(self, code: grpc.StatusCode, message: str = "") -> None:
         super().__init__(f"{code.name}: {message}" if message else code.name)
         self.code = code
         self.message = message
 
     @classmethod
-    def from_rpc_error(cls, err):
+    def from_rpc_error(cls, err: Any) -> RedqError:
         code = err.code() if callable(getattr(err, "code", None)) else grpc.StatusCode.UNKNOWN
         details = err.details() if callable(getattr(err, "details", None)) else str(err)
         return cls(code or grpc.StatusCode.UNKNOWN, details or "")
 
     @classmethod
-    def from_status(cls, status):
+    def from_status(cls, status: Any) -> RedqError:
         """From a google.rpc.Status (PublishStreamResponse.status)."""
         return cls(_CODES.get(status.code, grpc.StatusCode.UNKNOWN), status.message)
 
 
-def to_duration(value):
-    """A Duration from seconds (int or float) or a datetime.timedelta."""
+class AckError(RedqError):
+    """An ack or nack the server did not apply. `code` says why:
+    FAILED_PRECONDITION: the lease was lost (the delivery was acked, nacked or
+    redelivered since, e.g. after its ack deadline); INVALID_ARGUMENT: not an
+    ack id of this subscription; UNAVAILABLE: the stream ended before the
+    server confirmed it (it may or may not have been applied); or the error
+    the subscription failed with. `ack_id` is the delivery's ack id."""
+
+    def __init__(self, code: grpc.StatusCode, message: str = "", ack_id: str = "") -> None:
+        super().__init__(code, message)
+        self.ack_id = ack_id
+
+
+class FlowControlError(RedqError):
+    """A publish over the Publisher's flow-control limits with
+    limit_exceeded="raise" (code RESOURCE_EXHAUSTED; nothing was queued)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(grpc.StatusCode.RESOURCE_EXHAUSTED, message)
+
+
+def seconds(value: Seconds, name: str = "duration") -> float:
+    """Seconds (float) of a duration given as a number of seconds or a datetime.timedelta."""
     if isinstance(value, datetime.timedelta):
-        value = value.total_seconds()
+        return value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"redq: {name} must be a number of seconds or a datetime.timedelta, "
+                        f"not {type(value).__name__}")
+    return value
+
+
+def to_duration(value: Seconds, name: str = "duration") -> Duration:
+    """A Duration from seconds (int or float) or a datetime.timedelta."""
+    value = seconds(value, name)
     if value < 0:
         raise ValueError(f"a duration must not be negative, got {value!r}")
-    seconds = int(value)
-    return Duration(seconds=seconds, nanos=int(round((value - seconds) * 1e9)))
+    whole = int(value)
+    return Duration(seconds=whole, nanos=int(round((value - whole) * 1e9)))
 
 
-def to_timestamp(value):
+def from_duration(duration: Duration) -> datetime.timedelta:
+    """A datetime.timedelta from a Duration."""
+    return datetime.timedelta(seconds=duration.seconds, microseconds=duration.nanos // 1000)
+
+
+def to_timestamp(value: Time, name: str = "time") -> Timestamp:
     """A Timestamp from a datetime (naive means UTC) or seconds since the epoch."""
     if isinstance(value, datetime.datetime):
         if value.tzinfo is None:
             value = value.replace(tzinfo=datetime.timezone.utc)
         value = value.timestamp()
-    seconds = int(value // 1)
-    return Timestamp(seconds=seconds, nanos=int(round((value - seconds) * 1e9)))
+    elif isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"redq: {name} must be a datetime or seconds since the epoch, not {type(value).__name__}")
+    whole = int(value // 1)
+    return Timestamp(seconds=whole, nanos=int(round((value - whole) * 1e9)))
 
 
-def from_timestamp(ts):
+def from_timestamp(ts: Timestamp) -> Optional[datetime.datetime]:
     """A timezone-aware UTC datetime from a Timestamp (None when unset)."""
     if not ts.seconds and not ts.nanos:
         return None
-    return datetime.datetime.fromtimestamp(ts.seconds + ts.nanos / 1e9, tz=datetime.timezone.utc)
+    return datetime.datetime.fromtimestamp(ts.seconds, tz=datetime.timezone.utc) + datetime.timedelta(
+        microseconds=ts.nanos // 1000)
 
 
 def timing_fields(delay, deliver_at):
@@ -77,15 +129,28 @@ def timing_fields(delay, deliver_at):
     return {}
 
 
-def as_payload(payload):
-    """Bytes of a payload; str is encoded as UTF-8. The server refuses empty payloads."""
-    if isinstance(payload, str):
-        payload = payload.encode()
-    elif not isinstance(payload, bytes):
-        payload = bytes(payload)
+def as_payload(payload: Payload) -> bytes:
+    """The bytes of a payload: bytes, bytearray or memoryview (anything else is
+    a TypeError, a str included: encode text yourself). The server refuses
+    empty payloads (a ValueError here)."""
+    if payload.__class__ is not bytes:
+        if isinstance(payload, (bytearray, memoryview)):
+            payload = bytes(payload)
+        elif not isinstance(payload, bytes):
+            hint = " (encode text first, e.g. text.encode())" if isinstance(payload, str) else ""
+            raise TypeError(f"redq: payload must be bytes, bytearray or memoryview, not {type(payload).__name__}"
+                            f"{hint}")
     if not payload:
-        raise ValueError("payload must not be empty")
+        raise ValueError("redq: payload must not be empty")
     return payload
+
+
+def check_options(given, known, what):
+    """Raises TypeError naming the options in `given` that are not `known`, and the known ones."""
+    unknown = sorted(set(given) - set(known))
+    if unknown:
+        raise TypeError(f"redq: {what} got unknown option{'s' if len(unknown) > 1 else ''} "
+                        f"{', '.join(map(repr, unknown))}; known: {', '.join(sorted(known))}")
 
 
 class Backoff:

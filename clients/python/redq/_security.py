@@ -19,12 +19,22 @@ plaintext channel an interceptor adds the same header instead (readable by
 anyone on the network: use TLS). The token is never logged nor shown in a repr.
 """
 
+from __future__ import annotations
+
 import collections
 import os
+from typing import Any, Optional, Union
 
 import grpc
+import grpc.aio
 
 from . import _common
+from ._common import ChannelOptions
+
+Pem = Union[bytes, bytearray, memoryview, str, "os.PathLike[str]"]
+"""PEM data: bytes, a PEM string, or the path of a PEM file."""
+Tls = Union[None, bool, Pem, grpc.ChannelCredentials]
+"""tls=: None/False plaintext, True system roots, a root CA (Pem), or credentials as they are."""
 
 _PEM_BEGIN = "-----BEGIN"
 
@@ -60,8 +70,10 @@ def _channel_credentials(tls, tls_cert, tls_key):
                                         certificate_chain=_pem(tls_cert, "tls_cert"))
 
 
-def open_channel(target, channel=None, *, is_async, channel_options=None, token=None, tls=None, tls_cert=None,
-                 tls_key=None, tls_server_name=None):
+def open_channel(target: Optional[str], channel: Any = None, *, is_async: bool,
+                 channel_options: Optional[ChannelOptions] = None, token: Optional[str] = None, tls: Tls = None,
+                 tls_cert: Optional[Pem] = None, tls_key: Optional[Pem] = None,
+                 tls_server_name: Optional[str] = None) -> Any:
     """The channel of a Publisher, Subscriber or Client.
 
     `channel` itself when given (the caller configured it: then none of the
@@ -71,11 +83,14 @@ def open_channel(target, channel=None, *, is_async, channel_options=None, token=
     """
     if channel is not None:
         given = [name for name, value in (("token", token), ("tls", tls), ("tls_cert", tls_cert),
-                                          ("tls_key", tls_key), ("tls_server_name", tls_server_name))
+                                          ("tls_key", tls_key), ("tls_server_name", tls_server_name),
+                                          ("channel_options", channel_options))
                  if value is not None and value is not False]
         if given:
             raise ValueError(f"redq: {', '.join(given)} configure a channel redq makes; "
-                             "with channel= configure that channel instead")
+                             "with channel= configure that channel instead (see connect())")
+        if isinstance(channel, Connection):
+            channel = channel.channel
         return channel
     if token is not None and (not isinstance(token, str) or not token):
         raise TypeError("redq: token must be a non-empty str")
@@ -101,6 +116,43 @@ def open_channel(target, channel=None, *, is_async, channel_options=None, token=
         interceptors = [cls(header) for cls in (_AioUnaryUnary, _AioUnaryStream, _AioStreamUnary, _AioStreamStream)]
         return grpc.aio.insecure_channel(target, options=options, interceptors=interceptors)
     return grpc.intercept_channel(grpc.insecure_channel(target, options=options), _SyncBearer(header))
+
+
+class Connection:
+    """A grpc.aio channel made with redq's options (receive size, token, TLS),
+    to share among Publishers, Subscribers and Clients: pass it as their
+    `channel=`. They do not close it; close() does (or leaving `async with`).
+    Made by redq.aio.connect(); `channel` is the grpc.aio.Channel itself."""
+
+    def __init__(self, channel: grpc.aio.Channel, target: str) -> None:
+        self.channel = channel
+        self.target = target
+
+    def __repr__(self) -> str:
+        return f"Connection({self.target!r})"
+
+    async def __aenter__(self) -> Connection:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self.channel.close()
+
+
+def connect(target: Optional[str] = None, *, channel_options: Optional[ChannelOptions] = None,
+            token: Optional[str] = None, tls: Tls = None, tls_cert: Optional[Pem] = None,
+            tls_key: Optional[Pem] = None, tls_server_name: Optional[str] = None) -> Connection:
+    """One channel to redq for a Publisher, a Subscriber and a Client to share (in a running event loop).
+
+    target: "host:port" (default $REDQ_ADDR, else 127.0.0.1:50051). The
+    options are those every entry point takes (see the module's docstring);
+    channel_options: extra gRPC channel options. Returns a Connection.
+    """
+    target = target or _common.default_target()
+    return Connection(open_channel(target, is_async=True, channel_options=channel_options, token=token, tls=tls,
+                                   tls_cert=tls_cert, tls_key=tls_key, tls_server_name=tls_server_name), target)
 
 
 # ---- the header on a plaintext channel

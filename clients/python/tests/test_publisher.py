@@ -1,6 +1,8 @@
-"""redq.aio.Publisher against a live redq: ids, batching, retries with dedupe, per-request errors."""
+"""redq.aio.Publisher against a live redq: ids, batching, retries with dedupe, per-request errors,
+payload types, flow control, deadlines, stats, option checks."""
 
 import asyncio
+import datetime
 import unittest
 
 import grpc
@@ -33,7 +35,7 @@ class PublisherTest(unittest.IsolatedAsyncioTestCase):
         topic = support.topic("ids")
         futures = [
             self.publisher.publish(topic, b"one", attributes={"k": "v", "n": "1"}, ordering_key="key-1"),
-            self.publisher.publish(topic, "two"),
+            self.publisher.publish(topic, memoryview(b"two")),
             self.publisher.publish(topic, bytearray(b"three")),
         ]
         ids = await asyncio.gather(*futures)
@@ -52,9 +54,9 @@ class PublisherTest(unittest.IsolatedAsyncioTestCase):
         topic = support.topic("batching")
         ids = await asyncio.gather(*(self.publisher.publish(topic, b"m%d" % i) for i in range(1000)))
         self.assertEqual(len(set(ids)), 1000)
-        self.assertEqual(self.publisher.stats.messages, 1000)
+        self.assertEqual(self.publisher.stats.messages_sent, 1000)
         # All 1000 were queued before the writer ran: one request (at most a few).
-        self.assertLessEqual(self.publisher.stats.requests, 3)
+        self.assertLessEqual(self.publisher.stats.requests_sent, 3)
 
     async def test_requests_are_bounded_by_messages_and_bytes(self):
         topic = support.topic("bounds")
@@ -63,9 +65,9 @@ class PublisherTest(unittest.IsolatedAsyncioTestCase):
         try:
             ids = await asyncio.gather(*(by_count.publish(topic, b"x") for _ in range(1000)))
             self.assertEqual(len(set(ids)), 1000)
-            self.assertEqual(by_count.stats.requests, 10)  # 100 messages each
+            self.assertEqual(by_count.stats.requests_sent, 10)  # 100 messages each
             await asyncio.gather(*(by_size.publish(topic, b"y" * 1000) for _ in range(10)))
-            self.assertEqual(by_size.stats.requests, 5)  # two 1000-byte messages fit in 2500 bytes, not three
+            self.assertEqual(by_size.stats.requests_sent, 5)  # two 1000-byte messages fit in 2500 bytes, not three
         finally:
             await by_count.close()
             await by_size.close()
@@ -82,14 +84,14 @@ class PublisherTest(unittest.IsolatedAsyncioTestCase):
         finally:
             await publisher.close()
         self.assertEqual(len(set(ids)), 300)
-        self.assertLessEqual(publisher.stats.requests, 30)
+        self.assertLessEqual(publisher.stats.requests_sent, 30)
 
     async def test_publish_batch(self):
         topic = support.topic("batch")
         ids = await self.publisher.publish_batch(topic, [b"a", b"b", b"c"] * 500)
         self.assertEqual(len(ids), 1500)
         self.assertEqual(len(set(ids)), 1500)
-        self.assertEqual(self.publisher.stats.requests, 2)  # 1000 + 500
+        self.assertEqual(self.publisher.stats.requests_sent, 2)  # 1000 + 500
 
     async def test_retry_after_a_lost_response_does_not_duplicate(self):
         topic = support.topic("dedupe")
@@ -100,7 +102,7 @@ class PublisherTest(unittest.IsolatedAsyncioTestCase):
         self.assertGreaterEqual(stats.retries, 1)
         self.assertEqual(stats.duplicates, 100)  # the resend was recognised by its dedupe ids
         self.assertEqual(len(set(ids)), 100)
-        topic_info = await self.client.admin.GetTopic(name=topic)
+        topic_info = await self.client.get_topic(name=topic)
         self.assertEqual(topic_info.stats.published_count, 100)
         got = await self.receive(topic, 100)
         self.assertEqual([m.id for m in got], ids)
@@ -157,6 +159,131 @@ class PublisherTest(unittest.IsolatedAsyncioTestCase):
         self.assertTrue(all(f.done() and not f.exception() for f in futures))
         with self.assertRaises(RuntimeError):
             publisher.publish(topic, b"after close")
+
+
+    async def test_payload_must_be_bytes_like(self):
+        topic = support.topic("types")
+        for payload in (5, "text", 1.5, None, [1, 2], object()):
+            with self.assertRaises(TypeError, msg=repr(payload)) as caught:
+                self.publisher.publish(topic, payload)
+            self.assertIn(type(payload).__name__, str(caught.exception))
+            with self.assertRaises(TypeError):
+                self.publisher.publish_batch(topic, [b"ok", payload])
+            with self.assertRaises(TypeError):
+                await self.publisher.publish_when_ready(topic, payload)
+            with self.assertRaises(TypeError):
+                await self.client.schedule(topic, payload, delay=60)
+        with self.assertRaisesRegex(TypeError, "encode"):  # a str says how to make bytes of it
+            self.publisher.publish(topic, "x")
+        self.assertEqual(self.publisher.stats.messages_queued, 0, "nothing was queued")
+        ids = await self.publisher.publish_batch(topic, [bytearray(b"ba"), memoryview(b"mv"), b"by"])
+        got = await self.receive(topic, 3)
+        self.assertEqual([m.id for m in got], ids)
+        self.assertEqual([m.payload for m in got], [b"ba", b"mv", b"by"])
+
+    async def test_flow_control_raise(self):
+        topic = support.topic("flow-raise")
+        proxy = support.Proxy(self.addr)
+        publisher = redq.aio.Publisher(proxy.addr, max_outstanding_messages=3, max_outstanding_bytes=10_000,
+                                       limit_exceeded="raise")
+        try:
+            await publisher.publish(topic, b"warm")  # the stream is open
+            proxy.hold()  # the server's answers stop coming: what is published stays outstanding
+            held = [publisher.publish(topic, b"m%d" % i) for i in range(3)]
+            with self.assertRaises(redq.FlowControlError) as caught:
+                publisher.publish(topic, b"one too many")
+            self.assertEqual(caught.exception.code, grpc.StatusCode.RESOURCE_EXHAUSTED)
+            with self.assertRaises(redq.FlowControlError):
+                await publisher.publish_when_ready(topic, b"raise: no waiting either")
+            with self.assertRaises(redq.FlowControlError):
+                publisher.publish_batch(topic, [b"a", b"b"])
+            self.assertEqual(publisher.stats.messages_queued, 4, "the refused ones were not queued")
+            proxy.release()
+            ids = await asyncio.wait_for(asyncio.gather(*held), 10)
+            self.assertEqual(len(set(ids)), 3)
+            await asyncio.wait_for(publisher.publish(topic, b"room again"), 10)
+            # Bytes: 10,000 bytes outstanding at most; one message alone may be larger.
+            proxy.hold()
+            big = publisher.publish(topic, b"x" * 6000)
+            with self.assertRaises(redq.FlowControlError):
+                publisher.publish(topic, b"y" * 6000)
+            proxy.release()
+            await asyncio.wait_for(big, 10)
+            await asyncio.wait_for(publisher.publish(topic, b"z" * 20_000), 10)  # alone: let through
+        finally:
+            proxy.release()
+            await publisher.close()
+            proxy.close()
+
+    async def test_flow_control_block_waits_for_room(self):
+        topic = support.topic("flow-block")
+        proxy = support.Proxy(self.addr)
+        publisher = redq.aio.Publisher(proxy.addr, max_outstanding_messages=2)  # limit_exceeded="block": default
+        try:
+            await publisher.publish(topic, b"warm")
+            proxy.hold()
+            held = [publisher.publish(topic, b"m%d" % i) for i in range(2)]
+            waiting = asyncio.ensure_future(publisher.publish_when_ready(topic, b"third"))
+            with self.assertRaises(redq.FlowControlError):
+                publisher.publish(topic, b"the plain call cannot wait")
+            await asyncio.sleep(0.3)
+            self.assertFalse(waiting.done(), "waits while the limit is reached")
+            proxy.release()
+            third = await asyncio.wait_for(waiting, 10)  # queued: its future
+            ids = await asyncio.wait_for(asyncio.gather(*held, third), 10)
+            self.assertEqual(len(set(ids)), 3)
+            got = await self.receive(topic, 4)
+            self.assertEqual([m.payload for m in got], [b"warm", b"m0", b"m1", b"third"])
+        finally:
+            proxy.release()
+            await publisher.close()
+            proxy.close()
+
+    async def test_publish_deadline_against_a_server_that_never_answers(self):
+        silent = support.SilentServer()
+        try:
+            publisher = redq.aio.Publisher(silent.addr, timeout=datetime.timedelta(milliseconds=300))
+            futures = [publisher.publish("t", b"x"), publisher.publish("t", b"y")]
+            batch = publisher.publish_batch("t", [b"a", b"b"])
+            for future in futures + [batch]:
+                with self.assertRaises(redq.RedqError) as caught:
+                    await asyncio.wait_for(future, 10)
+                self.assertEqual(caught.exception.code, grpc.StatusCode.DEADLINE_EXCEEDED)
+            self.assertEqual(publisher.stats.messages_failed, 4)
+            late = publisher.publish("t", b"unanswered at close")
+            await asyncio.wait_for(publisher.close(timeout=0.2), 10)  # does not hang
+            with self.assertRaises(redq.RedqError) as caught:
+                await late
+            self.assertEqual(caught.exception.code, grpc.StatusCode.DEADLINE_EXCEEDED)
+            default = redq.aio.Publisher(silent.addr)
+            self.assertEqual(default._timeout, 60.0)
+            await default.close()
+        finally:
+            silent.close()
+
+    async def test_stats_count_queued_sent_confirmed_and_failed(self):
+        good = support.topic("stats")
+        results = await asyncio.gather(*(self.publisher.publish(good, b"g") for _ in range(5)),
+                                       self.publisher.publish("bad topic!", b"b"), return_exceptions=True)
+        self.assertIsInstance(results[-1], redq.RedqError)
+        stats = self.publisher.stats
+        self.assertEqual((stats.messages_queued, stats.messages_sent, stats.messages_confirmed,
+                          stats.messages_failed), (6, 6, 5, 1))
+        self.assertGreaterEqual(stats.requests_sent, 2)  # one request per topic
+
+    async def test_unknown_options_are_type_errors_naming_them(self):
+        with self.assertRaisesRegex(TypeError, "batch_size"):
+            redq.aio.Publisher(self.addr, batch_size=5)
+        with self.assertRaises(TypeError) as caught:
+            await self.publisher.publish_when_ready(support.topic(), b"x", ordering="k")
+        self.assertIn("'ordering'", str(caught.exception))
+        self.assertIn("ordering_key", str(caught.exception))
+        with self.assertRaises(TypeError) as caught:
+            await self.client.admin_stub.GetTopic(nmae="x")
+        self.assertIn("'nmae'", str(caught.exception))
+        self.assertIn("name", str(caught.exception))
+        with self.assertRaisesRegex(ValueError, "limit_exceeded"):
+            redq.aio.Publisher(self.addr, limit_exceeded="drop")
 
 
 if __name__ == "__main__":

@@ -9,10 +9,8 @@ import asyncio
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
-import time
 import unittest
 
 import support
@@ -30,7 +28,12 @@ def find_binary():
 
 
 class PrivateServer:
-    """redis-server on a unix socket and a redq on a fixed port, which restart() stops and starts again."""
+    """redis-server on a unix socket and a redq that restart() stops and starts again.
+
+    redq listens on port 0 each time (its address read back from its log), so
+    a port another program took meanwhile cannot stop it from starting; the
+    clients reach it through a Proxy whose own port stays the same, as a
+    restarted server's address would."""
 
     def __init__(self, binary):
         self.binary = binary
@@ -39,25 +42,22 @@ class PrivateServer:
         subprocess.run(["redis-server", "--port", "0", "--unixsocket", self.socket, "--save", "", "--appendonly",
                         "no", "--daemonize", "yes", "--pidfile", os.path.join(self.work, "redis.pid"),
                         "--dir", self.work], check=True, stdout=subprocess.DEVNULL)
-        with socket.socket() as s:  # a free port, to listen on again after the restart
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.addr = f"127.0.0.1:{self.port}"
         self.process = None
-        self.log = open(os.path.join(self.work, "redq.log"), "a")
+        self.logs = []
+        self.proxy = None
         self.start()
+        self.proxy = support.Proxy(self.grpc_addr)
+        self.addr = self.proxy.addr
 
     def start(self):
+        log = open(os.path.join(self.work, f"redq-{len(self.logs)}.log"), "w+")
+        self.logs.append(log)
         self.process = subprocess.Popen(
-            [self.binary, "serve", "--listen", self.addr, "--metrics-listen", "127.0.0.1:0",
-             "--redis-url", f"unix://{self.socket}", "--drain-timeout", "1s"], stdout=self.log, stderr=self.log)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", self.port)) == 0:
-                    return
-            time.sleep(0.05)
-        raise RuntimeError("redq did not start")
+            [self.binary, "serve", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+             "--redis-url", f"unix://{self.socket}", "--drain-timeout", "1s"], stdout=log, stderr=log)
+        self.grpc_addr = support.wait_for_grpc_addr(self.process, log, "redq serve")
+        if self.proxy is not None:
+            self.proxy.target = self.grpc_addr
 
     def stop(self):
         self.process.send_signal(signal.SIGTERM)  # graceful: streams end with UNAVAILABLE
@@ -70,7 +70,10 @@ class PrivateServer:
     def close(self):
         if self.process.poll() is None:
             self.stop()
-        self.log.close()
+        if self.proxy is not None:
+            self.proxy.close()
+        for log in self.logs:
+            log.close()
         with open(os.path.join(self.work, "redis.pid")) as f:
             os.kill(int(f.read().strip()), signal.SIGTERM)
         shutil.rmtree(self.work, ignore_errors=True)
@@ -109,6 +112,21 @@ class ReconnectTest(unittest.IsolatedAsyncioTestCase):
             await sub.close()
             await publisher.close()
             await subscriber.close()
+
+    async def test_restart_when_another_program_took_the_port(self):
+        topic = support.topic("port-taken")
+        async with redq.aio.Publisher(self.server.addr) as publisher:
+            first = await asyncio.wait_for(publisher.publish(topic, b"before"), 10)
+            await asyncio.to_thread(self.server.stop)
+            port = int(self.server.grpc_addr.rsplit(":", 1)[1])
+            squatter = support.hold_port(port)  # another program listens on redq's old port now
+            try:
+                await asyncio.to_thread(self.server.start)
+                self.assertNotEqual(self.server.grpc_addr, f"127.0.0.1:{port}")
+                second = await asyncio.wait_for(publisher.publish(topic, b"after"), 30)
+            finally:
+                squatter.close()
+        self.assertNotEqual(first, second)
 
 
 if __name__ == "__main__":

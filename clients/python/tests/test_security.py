@@ -167,8 +167,8 @@ class SecurityTest(unittest.IsolatedAsyncioTestCase):
             await subscription.close()
             self.assertEqual(sorted(m.id for m in got), sorted(ids))
             self.assertEqual({m.payload for m in got}, {b"m%d" % i for i in range(20)})
-            self.assertEqual(subscription.stats.acked, 20)
-            info = await client.admin.GetSubscription(topic=topic, name="s")
+            self.assertEqual(subscription.stats.acks_sent, 20)
+            info = await client.get_subscription(topic=topic, name="s")
             self.assertEqual((info.stats.acked_count, info.stats.pending), (20, 0))
             scheduled = await client.schedule(topic, b"later", delay=60)  # QueueService's unary calls too
             self.assertTrue(await client.cancel(topic, scheduled.message_id))
@@ -193,7 +193,7 @@ class SecurityTest(unittest.IsolatedAsyncioTestCase):
             self.assertTrue(done.wait(10))
             subscription.close()
             self.assertEqual(sorted(got), sorted(b"s%d" % i for i in range(10)))
-            info = client.admin.GetSubscription(topic=topic, name="s")
+            info = client.get_subscription(topic=topic, name="s")
             self.assertEqual(info.stats.acked_count, 10)
 
     async def test_no_token_is_unauthenticated(self):
@@ -201,7 +201,7 @@ class SecurityTest(unittest.IsolatedAsyncioTestCase):
         addr, options = self.servers.tls_addr, self.tls()
         async with redq.aio.Client(addr, **options) as client:
             with self.assertRaises(redq.RedqError) as caught:
-                await client.admin.GetTopic(name=topic)
+                await client.get_topic(name=topic)
             self.assertEqual(caught.exception.code, grpc.StatusCode.UNAUTHENTICATED)
         async with redq.aio.Publisher(addr, **options) as publisher:
             # The stream itself is refused: every pending publish fails, none is retried.
@@ -212,8 +212,8 @@ class SecurityTest(unittest.IsolatedAsyncioTestCase):
             self.assertEqual((publisher.stats.retries, publisher.stats.reconnects), (0, 0))
         async with redq.aio.Subscriber(addr, **options) as subscriber:
             subscription = subscriber.subscribe(topic, "s", lambda m: None)
-            with self.assertLogs("redq", logging.ERROR), self.assertRaises(redq.RedqError) as caught:
-                await asyncio.wait_for(subscription.wait(), 5)
+            with self.assertNoLogs("redq", logging.ERROR), self.assertRaises(redq.RedqError) as caught:
+                await asyncio.wait_for(subscription.wait(), 5)  # reported to wait(), not also to the log
             self.assertEqual(caught.exception.code, grpc.StatusCode.UNAUTHENTICATED)
             self.assertEqual(subscription.stats.reconnects, 0)
 
@@ -222,21 +222,23 @@ class SecurityTest(unittest.IsolatedAsyncioTestCase):
         addr, options = self.servers.tls_addr, self.tls(token=self.token("viewer"))
         async with redq.aio.Client(addr, **options) as client:
             with self.assertRaises(redq.RedqError) as caught:
-                await client.admin.GetTopic(name=topic)  # view is granted: the token was sent
+                await client.get_topic(name=topic)  # view is granted: the token was sent
             self.assertEqual(caught.exception.code, grpc.StatusCode.NOT_FOUND)
             with self.assertRaises(redq.RedqError) as caught:
-                await client.admin.CreateTopic(name=topic)
+                await client.create_topic(name=topic)
             self.assertEqual(caught.exception.code, grpc.StatusCode.PERMISSION_DENIED)
         started = time.monotonic()
-        async with redq.aio.Publisher(addr, retry_timeout=60, **options) as publisher:
+        async with redq.aio.Publisher(addr, timeout=60, **options) as publisher:
             with self.assertRaises(redq.RedqError) as caught:
                 await asyncio.wait_for(publisher.publish(topic, b"x"), 5)
             self.assertEqual(caught.exception.code, grpc.StatusCode.PERMISSION_DENIED)
             self.assertIn("publish", caught.exception.message)
             self.assertEqual((publisher.stats.retries, publisher.stats.reconnects), (0, 0))
         async with redq.aio.Subscriber(addr, **options) as subscriber:
-            subscription = subscriber.subscribe(topic, "s", lambda m: None)
-            with self.assertLogs("redq", logging.ERROR) as logs, self.assertRaises(redq.RedqError) as caught:
+            with self.assertLogs("redq", logging.ERROR) as logs:  # nobody waits on it: logged
+                subscription = subscriber.subscribe(topic, "s", lambda m: None)
+                self.assertTrue(await support.eventually(lambda: subscription.closed, 5))
+            with self.assertRaises(redq.RedqError) as caught:
                 await asyncio.wait_for(subscription.wait(), 5)
             self.assertEqual(caught.exception.code, grpc.StatusCode.PERMISSION_DENIED)
             self.assertEqual(subscription.stats.reconnects, 0)
@@ -254,10 +256,10 @@ class SecurityTest(unittest.IsolatedAsyncioTestCase):
             self.assertTrue(await support.eventually(lambda: got))
             await subscription.close()
         self.assertEqual((got[0].id, got[0].payload), (message_id, b"by certificate"))
-        self.assertEqual(subscription.stats.acked, 1)
+        self.assertEqual(subscription.stats.acks_sent, 1)
         with redq.Client(self.servers.tls_addr, **options) as client:  # the certificate's grants: no manage
             with self.assertRaises(redq.RedqError) as caught:
-                client.admin.DeleteTopic(name=topic)
+                client.delete_topic(name=topic)
             self.assertEqual(caught.exception.code, grpc.StatusCode.PERMISSION_DENIED)
 
     async def test_revoked_token_stops_the_subscriber_and_fails_publishes(self):
@@ -269,10 +271,11 @@ class SecurityTest(unittest.IsolatedAsyncioTestCase):
             subscription = subscriber.subscribe(topic, "s", got.append)
             await asyncio.wait_for(publisher.publish(topic, b"before"), 10)
             self.assertTrue(await support.eventually(lambda: got))
-            with self.assertLogs("redq", logging.ERROR) as logs:
+            with self.assertLogs("redq", logging.ERROR) as logs:  # nobody waits on it: logged
                 await asyncio.to_thread(self.servers.revoke, "doomed")
-                with self.assertRaises(redq.RedqError) as caught:
-                    await asyncio.wait_for(subscription.wait(), 5)
+                self.assertTrue(await support.eventually(lambda: subscription.closed, 5))
+            with self.assertRaises(redq.RedqError) as caught:
+                await asyncio.wait_for(subscription.wait(), 5)
             self.assertEqual(caught.exception.code, grpc.StatusCode.UNAUTHENTICATED)
             self.assertEqual(subscription.stats.reconnects, 0)
             self.assertNotIn(self.token("doomed"), "\n".join(logs.output))
@@ -288,17 +291,17 @@ class SecurityTest(unittest.IsolatedAsyncioTestCase):
         async with redq.aio.Client(self.servers.tls_addr, **self.tls(token=self.token("app"),
                                                                      tls_server_name="localhost")) as client:
             with self.assertRaises(redq.RedqError) as caught:
-                await client.admin.GetTopic(name=support.topic("nothing"))
+                await client.get_topic(name=support.topic("nothing"))
             self.assertEqual(caught.exception.code, grpc.StatusCode.NOT_FOUND)  # connected, authorized
         async with redq.aio.Client(f"localhost:{port}", timeout=5, **self.tls(token=self.token("app"))) as client:
-            self.assertIsInstance(await client.admin.ListTopics(), redq.admin_pb2.ListTopicsResponse)
+            self.assertIsInstance(await client.list_topics(), redq.admin.Page)
         async with redq.aio.Client(self.servers.tls_addr, timeout=5, **self.tls(tls_server_name="redq.example")) as c:
             with self.assertRaises(redq.RedqError) as caught:
-                await c.admin.ListTopics()
+                await c.list_topics()
             self.assertEqual(caught.exception.code, grpc.StatusCode.UNAVAILABLE)  # the name is checked
         with redq.Client(self.servers.plain_addr, timeout=5, **self.tls()) as client:  # TLS to a plaintext port
             with self.assertRaises(redq.RedqError) as caught:
-                client.admin.ListTopics()
+                client.list_topics()
             self.assertEqual(caught.exception.code, grpc.StatusCode.UNAVAILABLE)
 
     async def test_token_over_plaintext(self):
@@ -312,17 +315,51 @@ class SecurityTest(unittest.IsolatedAsyncioTestCase):
             self.assertTrue(await support.eventually(lambda: got))
             await subscription.close()
         self.assertEqual(got[0].id, message_id)
-        self.assertEqual(subscription.stats.acked, 1)
+        self.assertEqual(subscription.stats.acks_sent, 1)
         with redq.Client(addr, token=token) as client:
-            self.assertEqual(client.admin.GetSubscription(topic=topic, name="s").stats.acked_count, 1)
+            self.assertEqual(client.get_subscription(topic=topic, name="s").stats.acked_count, 1)
         with redq.Client(addr) as client:
             with self.assertRaises(redq.RedqError) as caught:
-                client.admin.GetSubscription(topic=topic, name="s")
+                client.get_subscription(topic=topic, name="s")
             self.assertEqual(caught.exception.code, grpc.StatusCode.UNAUTHENTICATED)
         async with redq.aio.Publisher(addr, token=self.token("viewer")) as publisher:
             with self.assertRaises(redq.RedqError) as caught:
                 await asyncio.wait_for(publisher.publish(topic, b"x"), 5)
             self.assertEqual(caught.exception.code, grpc.StatusCode.PERMISSION_DENIED)
+
+    async def test_connect_shares_one_channel_and_its_token(self):
+        topic = support.topic("connect")
+        proxy = support.Proxy(self.servers.plain_addr)  # counts the TCP connections made to the server
+        try:
+            async with redq.aio.connect(proxy.addr, token=self.token("app")) as connection:
+                publisher = redq.aio.Publisher(channel=connection)
+                subscriber = redq.aio.Subscriber(channel=connection)
+                client = redq.aio.Client(channel=connection)
+                message_id = await asyncio.wait_for(publisher.publish(topic, b"one channel"), 10)
+                got = []
+                subscription = subscriber.subscribe(topic, "s", got.append)
+                await asyncio.wait_for(subscription.ready(), 10)
+                self.assertTrue(await support.eventually(lambda: got))
+                await subscription.close()
+                self.assertEqual((got[0].id, got[0].payload), (message_id, b"one channel"))
+                self.assertEqual((await client.get_subscription(topic, "s")).stats.acked_count, 1)
+                await publisher.close()
+                await subscriber.close()
+                await client.close()
+                # Closing them did not close the connection.
+                self.assertEqual((await redq.aio.Client(channel=connection).get_topic(topic)).stats.published_count, 1)
+            self.assertEqual(proxy.connections, 1, "Publisher, Subscriber and Client shared one connection")
+            # The same server refuses a channel without the token: the token did go through the shared one.
+            async with redq.aio.connect(proxy.addr) as anonymous:
+                with self.assertRaises(redq.RedqError) as caught:
+                    await redq.aio.Client(channel=anonymous).get_topic(topic)
+                self.assertEqual(caught.exception.code, grpc.StatusCode.UNAUTHENTICATED)
+        finally:
+            proxy.close()
+        async with redq.aio.connect(self.servers.tls_addr, **self.tls(token=self.token("app"))) as secure:
+            self.assertIsInstance(await redq.aio.Client(channel=secure).list_topics(), redq.admin.Page)
+            with self.assertRaisesRegex(ValueError, "token"):
+                redq.aio.Publisher(channel=secure, token=self.token("app"))
 
     async def test_options_are_checked(self):
         self.assertFalse({grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED}

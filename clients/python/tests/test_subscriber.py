@@ -1,4 +1,5 @@
-"""redq.aio.Subscriber against a live redq: acks, nacks, failing handlers, leases, ack linger, graceful close."""
+"""redq.aio.Subscriber against a live redq: acks, nacks, failing handlers, leases, ack linger, graceful close,
+confirmed acks, flush(), ready()."""
 
 import asyncio
 import unittest
@@ -29,7 +30,7 @@ class SubscriberTest(unittest.IsolatedAsyncioTestCase):
             return await publisher.publish_batch(topic, payloads)
 
     async def subscription_stats(self, topic, name):
-        return (await self.client.admin.GetSubscription(topic=topic, name=name)).stats
+        return (await self.client.get_subscription(topic=topic, name=name)).stats
 
     async def test_returning_acks(self):
         topic = support.topic("ack")
@@ -42,7 +43,7 @@ class SubscriberTest(unittest.IsolatedAsyncioTestCase):
         await support.eventually(lambda: len(seen) >= 3)
         await sub.close()
         self.assertEqual(seen, [(i, p, 1) for i, p in zip(ids, [b"a", b"b", b"c"])])
-        self.assertEqual(sub.stats.acked, 3)
+        self.assertEqual(sub.stats.acks_sent, 3)
         stats = await self.subscription_stats(topic, "s")
         self.assertEqual(stats.pending, 0)
         self.assertEqual(stats.acked_count, 3)
@@ -69,7 +70,7 @@ class SubscriberTest(unittest.IsolatedAsyncioTestCase):
         await support.eventually(lambda: len(order) == 3)
         self.assertEqual(overlaps, [], "no two handlers of one key at once")
         self.assertEqual(order, ids)
-        info = await self.client.admin.GetSubscription(topic=topic, name="ordered")
+        info = await self.client.get_subscription(topic=topic, name="ordered")
         self.assertTrue(info.settings.message_ordering)
 
     async def test_nack_redelivers_with_attempt_2(self):
@@ -85,7 +86,7 @@ class SubscriberTest(unittest.IsolatedAsyncioTestCase):
         await support.eventually(lambda: len(attempts) >= 2)
         await sub.close()
         self.assertEqual(attempts, [1, 2])
-        self.assertEqual(sub.stats.nacked, 1)
+        self.assertEqual(sub.stats.nacks_sent, 1)
         self.assertEqual((await self.subscription_stats(topic, "s")).acked_count, 1)
 
     async def test_raising_nacks(self):
@@ -120,7 +121,7 @@ class SubscriberTest(unittest.IsolatedAsyncioTestCase):
         await asyncio.wait_for(done.wait(), 10)
         await sub.close()
         self.assertEqual(deliveries, [1])  # never redelivered meanwhile
-        self.assertGreaterEqual(sub.stats.extended, 3)
+        self.assertGreaterEqual(sub.stats.extensions_sent, 3)
         stats = await self.subscription_stats(topic, "s")
         self.assertEqual((stats.pending, stats.acked_count), (0, 1))
 
@@ -181,15 +182,16 @@ class SubscriberTest(unittest.IsolatedAsyncioTestCase):
         await sub.close()
         self.assertLess(loop.time() - closing, linger - 0.5, "close did not wait for the linger")
         self.assertTrue(await acked(7))
-        self.assertEqual(sub.stats.acked, 7)
+        self.assertEqual(sub.stats.acks_sent, 7)
+        self.assertEqual(sub.stats.acks_confirmed, 0, "a handler's return asks for no confirmation")
 
     async def test_a_response_of_more_than_half_the_window_is_handled_in_halves(self):
         topic = support.topic("halves")
-        await self.client.admin.CreateTopic(name=topic)
-        await self.client.admin.CreateSubscription(topic=topic, name="halves")
+        await self.client.create_topic(name=topic)
+        await self.client.create_subscription(topic=topic, name="halves")
         await self.publish(topic, [b"m%d" % i for i in range(10)])
         seen = []  # the ack ids sent when each handler ran
-        sub = self.subscriber.subscribe(topic, "halves", lambda m: seen.append(sub.stats.acked), max_outstanding=10)
+        sub = self.subscriber.subscribe(topic, "halves", lambda m: seen.append(sub.stats.acks_sent), max_outstanding=10)
         self.assertTrue(await support.eventually(lambda: len(seen) == 10))
         self.assertEqual(sub.stats.responses, 1, "the backlog came in one response")
         self.assertEqual(seen, [0] * 5 + [5] * 5, "the first half's acks went before the second half ran")
@@ -204,11 +206,121 @@ class SubscriberTest(unittest.IsolatedAsyncioTestCase):
             self.subscriber.subscribe(support.topic("linger"), "s", lambda m: None, ack_linger=-0.001)
 
     async def test_bad_request_fails_the_subscription(self):
-        with self.assertLogs("redq", "ERROR"):
+        with self.assertLogs("redq", "ERROR"):  # nobody awaits ready() or wait(): the log reports it
             sub = self.subscriber.subscribe("bad topic!", "s", lambda m: None)
-            with self.assertRaises(redq.RedqError) as caught:
-                await asyncio.wait_for(sub.wait(), 10)
+            await support.eventually(lambda: sub.closed)
+        with self.assertRaises(redq.RedqError) as caught:
+            await asyncio.wait_for(sub.wait(), 10)
         self.assertEqual(caught.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+
+    async def test_ready_when_the_stream_is_open_and_a_refusal_is_reported_once(self):
+        topic = support.topic("ready")
+        sub = self.subscriber.subscribe(topic, "fresh", lambda m: None)
+        await asyncio.wait_for(sub.ready(), 10)
+        # Open means the server created the subscription: no waiting for it.
+        info = await self.client.get_subscription(topic, "fresh")
+        self.assertEqual(info.name, "fresh")
+        await sub.ready()  # stays settled
+
+        with self.assertNoLogs("redq", "ERROR"):  # the caller of ready() gets it, the log does not
+            refused = self.subscriber.subscribe("bad topic!", "s", lambda m: None)
+            with self.assertRaises(redq.RedqError) as caught:
+                await asyncio.wait_for(refused.ready(), 10)
+            self.assertEqual(caught.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+            with self.assertRaises(redq.RedqError) as again:
+                await asyncio.wait_for(refused.wait(), 10)
+        self.assertIs(again.exception, caught.exception)  # one failure, the same error
+        self.assertEqual(refused.stats.reconnects, 0)
+
+    async def test_await_ack_and_nack_settle_when_the_server_applied_them(self):
+        topic = support.topic("confirmed")
+        await self.publish(topic, [b"ack", b"nack"])
+        outcomes, acked_counts = [], []
+
+        async def handler(message):
+            if message.payload == b"ack":
+                outcomes.append(await message.ack())
+                # Confirmed: the server's count has it already.
+                acked_counts.append((await self.subscription_stats(topic, "s")).acked_count)
+            elif message.delivery_attempt == 1:
+                outcomes.append(await message.nack(0))
+            else:
+                await message.ack()
+                outcomes.append("redelivered")
+        sub = self.subscriber.subscribe(topic, "s", handler, retry_policy=FAST_RETRY)
+        self.assertTrue(await support.eventually(lambda: len(outcomes) == 3))
+        await sub.close()
+        self.assertEqual(sorted(map(str, outcomes)), ["None", "None", "redelivered"])
+        self.assertGreaterEqual(acked_counts[0], 1)  # 2 if the redelivery's ack came first
+        self.assertEqual((sub.stats.acks_confirmed, sub.stats.nacks_confirmed), (2, 1))
+
+    async def test_a_lost_lease_fails_the_ack(self):
+        topic = support.topic("lost")
+        await self.publish(topic, [b"once"])
+        results, ack_ids = [], []
+
+        async def handler(message):
+            if message.delivery_attempt > 1:
+                return
+            ack_ids.append(message.ack_id)
+            # Someone else settles this delivery first (here: a unary Ack with its ack id).
+            await self.client.queue_stub.Ack(topic=topic, subscription="s", ack_ids=[message.ack_id])
+            try:
+                await message.ack()
+            except redq.AckError as err:
+                results.append(err)
+            second = message.ack()  # a second call: the first one's outcome
+            results.append(second)
+        sub = self.subscriber.subscribe(topic, "s", handler)
+        self.assertTrue(await support.eventually(lambda: len(results) == 2))
+        await sub.close()
+        error = results[0]
+        self.assertEqual(error.code, grpc.StatusCode.FAILED_PRECONDITION)
+        self.assertEqual(error.ack_id, ack_ids[0])
+        self.assertIn("lost", error.message)
+        with self.assertRaises(redq.AckError):
+            await results[1]
+        self.assertEqual(sub.stats.lost, 1)
+
+    async def test_flush_waits_until_acks_already_written_are_applied(self):
+        topic = support.topic("flush")
+        await self.client.create_topic(topic)
+        await self.client.create_subscription(topic, "s")
+        await self.publish(topic, [b"m%d" % i for i in range(10)])
+        handled = []
+        # A window of 10: from the fifth message on the acks go at once (half the window), the others after
+        # the linger; by the time the tenth is handled, most are written already.
+        sub = self.subscriber.subscribe(topic, "s", lambda m: handled.append(m.id), max_outstanding=10,
+                                        ack_linger=0.05)
+        self.assertTrue(await support.eventually(lambda: len(handled) == 10))
+        await asyncio.wait_for(sub.flush(), 10)
+        stats = await self.subscription_stats(topic, "s")
+        self.assertEqual((stats.acked_count, stats.pending), (10, 0), "flush() returned before the acks were in")
+        await asyncio.wait_for(sub.flush(), 10)  # nothing new: a barrier alone
+        await sub.close()
+        await sub.flush()  # closed gracefully: nothing to wait for
+
+    async def test_flush_fails_when_the_stream_ends_before_confirming(self):
+        topic = support.topic("flush-cut")
+        proxy = support.Proxy(self.addr)
+        subscriber = redq.aio.Subscriber(proxy.addr)
+        try:
+            await self.publish(topic, [b"a"])
+            handled = []
+            sub = subscriber.subscribe(topic, "s", handled.append, ack_linger=0)
+            self.assertTrue(await support.eventually(lambda: handled))
+            proxy.hold()
+            flushing = asyncio.ensure_future(sub.flush())
+            await asyncio.sleep(0.2)
+            self.assertFalse(flushing.done(), "no confirmation can come while the network is held")
+            proxy.cut()
+            with self.assertRaises(redq.RedqError) as caught:
+                await asyncio.wait_for(flushing, 10)
+            self.assertEqual(caught.exception.code, grpc.StatusCode.UNAVAILABLE)
+        finally:
+            proxy.release()
+            await subscriber.close()
+            proxy.close()
 
     async def test_many_messages_with_small_outstanding(self):
         topic = support.topic("many")
@@ -218,7 +330,7 @@ class SubscriberTest(unittest.IsolatedAsyncioTestCase):
         await support.eventually(lambda: len(got) >= 3000, timeout=20)
         await sub.close()
         self.assertEqual(len(got), 3000)
-        self.assertLess(sub.stats.requests, 3000)  # acks went batched, not one request each
+        self.assertLess(sub.stats.requests_sent, 3000)  # acks went batched, not one request each
         stats = await self.subscription_stats(topic, "s")
         self.assertEqual((stats.pending, stats.acked_count), (0, 3000))
 

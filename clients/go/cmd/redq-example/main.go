@@ -1,14 +1,12 @@
 // Command redq-example is an example redq client in Go, on the library in
-// redq/ (import path "redq"): a Publisher, a Subscriber and the Client's
-// scheduling calls.
+// redq/ (import path github.com/redq-dev/redq/clients/go/redq): a Publisher,
+// a Subscriber and the Client's scheduling calls.
 //
-// build.sh generates the library's stubs from ../../proto (protoc with
-// protoc-gen-go and protoc-gen-go-grpc) into redq/v1, which is not committed.
+//	clients/go/build.sh                     # offline, on Debian's Go packages
+//	clients/go/bin/redq-example             # the demo: every step, checked
+//	clients/go/bin/redq-example receive -topic T  # receive (and ack) messages of a topic
 //
-//	./build.sh
-//	./bin/redq-example                      # the demo: every step, checked
-//	./bin/redq-example receive -topic T     # receive (and ack) messages of a topic
-//
+// With network: go install github.com/redq-dev/redq/clients/go/cmd/redq-example@latest.
 // The server address comes from REDQ_ADDR (default 127.0.0.1:50051).
 package main
 
@@ -24,8 +22,8 @@ import (
 	"sync"
 	"time"
 
-	"redq"
-	redqv1 "redq/v1"
+	"github.com/redq-dev/redq/clients/go/redq"
+	redqv1 "github.com/redq-dev/redq/clients/go/redq/v1"
 )
 
 const (
