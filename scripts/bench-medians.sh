@@ -18,7 +18,7 @@ rounds=${ROUNDS:-3}
 mkdir -p "$out"
 
 for round in $(seq "$rounds"); do
-  for scenario in publish-batch publish-unary consume e2e memory streams delayed; do
+  for scenario in publish-batch publish-unary consume list e2e memory streams delayed; do
     # The delayed workloads are the issue's: 10,000 messages; the others 100,000.
     count=100000
     [ "$scenario" = delayed ] && count=10000
@@ -38,7 +38,7 @@ def med(values):
     return statistics.median(values)
 print("| workload | median of %d | raw Redis, median | redq ÷ raw |" % rounds)
 print("|---|---:|---:|---:|")
-for scenario in ["publish-batch", "publish-unary", "consume", "e2e", "memory"]:
+for scenario in ["publish-batch", "publish-unary", "consume", "list", "e2e", "memory"]:
     runs = load(scenario)
     for i, row in enumerate(runs[0]):
         redq = [r[i]["redq"] for r in runs]

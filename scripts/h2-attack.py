@@ -5,8 +5,8 @@
     python3 scripts/h2-attack.py --redq /tmp/redq-bin/redq
 
 Starts its own redis-server (unix socket in a temporary directory, no persistence)
-and `redq serve --max-concurrent-streams 64 --max-connections 200` on free loopback
-ports, waits for /readyz, then runs eight attacks on one HTTP/2 connection or more:
+and `redq serve --max-concurrent-streams 64 --max-connections 200` on loopback ports
+it picks itself (port 0, read back from its log), waits for /readyz, then runs eight attacks on one HTTP/2 connection or more:
 
   1 rapid reset          5,000 HEADERS + RST_STREAM(CANCEL) pairs on one connection
   2 stream cap           SETTINGS_MAX_CONCURRENT_STREAMS is 64; 200 open streams, the
@@ -32,6 +32,7 @@ the checks that need them are reported as failing because of it.
 import argparse
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -563,10 +564,15 @@ def outcome(conn, st):
 # ---------------------------------------------------------------- the harness
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+SERVING = re.compile(r"serving grpc_addr=[^ ]*:(\d+) metrics_addr=[^ ]*:(\d+)")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def serving_ports(log_text):
+    """The gRPC and HTTP ports from redq's "serving" log line (it binds port 0,
+    so no other program can hold them), or None before it is logged."""
+    match = SERVING.search(ANSI.sub("", log_text))
+    return (int(match.group(1)), int(match.group(2))) if match else None
 
 
 class Harness:
@@ -623,18 +629,28 @@ class Harness:
                 raise RuntimeError("redis-server did not start")
             time.sleep(0.05)
 
-        self.port, self.metrics_port = free_port(), free_port()
-        cmd = [self.args.redq, "serve", "--listen", f"127.0.0.1:{self.port}",
-               "--metrics-listen", f"127.0.0.1:{self.metrics_port}", "--redis-url", f"unix://{sock}"] + extra
+        cmd = [self.args.redq, "serve", "--listen", "127.0.0.1:0",
+               "--metrics-listen", "127.0.0.1:0", "--redis-url", f"unix://{sock}"] + extra
         print("server: " + " ".join(cmd))
         self.redq_log_path = os.path.join(self.tmp, "redq.log")
         self.redq_log = open(self.redq_log_path, "w")
         self.redq = subprocess.Popen(cmd, stdout=self.redq_log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 20
-        url = f"http://127.0.0.1:{self.metrics_port}/readyz"
+        ports = None
         while True:
             if self.redq.poll() is not None:
                 raise RuntimeError(f"redq exited with {self.redq.returncode}:\n{self.log_tail()}")
+            if ports is None:
+                with open(self.redq_log_path, errors="replace") as f:
+                    ports = serving_ports(f.read())
+                if ports is not None:
+                    self.port, self.metrics_port = ports
+                    url = f"http://127.0.0.1:{self.metrics_port}/readyz"
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"redq not ready within 20 s:\n{self.log_tail()}")
+            if ports is None:
+                time.sleep(0.05)
+                continue
             try:
                 with urllib.request.urlopen(url, timeout=1) as r:
                     if r.status == 200:

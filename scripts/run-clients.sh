@@ -13,8 +13,8 @@ python="${PYTHON:-python3}"
 # Prerequisites first, so that a missing one fails in a second, not after a build.
 missing() { echo "run-clients: $1" >&2; exit 2; }
 command -v "$python" >/dev/null || missing "$python not found (set PYTHON=...)"
-"$python" -c 'import grpc, grpc_tools' 2>/dev/null ||
-  missing "python grpcio/grpcio-tools missing: $python -m pip install -r clients/python/requirements.txt"
+"$python" -c 'import grpc, google.protobuf, google.rpc.status_pb2' 2>/dev/null ||
+  missing "python grpcio/protobuf/googleapis-common-protos missing: $python -m pip install -r clients/python/requirements.txt"
 command -v node >/dev/null || missing "node not found: apt-get install nodejs npm"
 [ -d "$root/clients/node/node_modules/@grpc/grpc-js" ] && [ -d "$root/clients/node/node_modules/@grpc/proto-loader" ] ||
   missing "node modules missing: (cd clients/node && npm ci)"
