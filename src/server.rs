@@ -4,7 +4,7 @@
 use crate::broker::{Broker, BrokerSettings, registry_repair, retention};
 use crate::config::Settings;
 use crate::error::BoxError;
-use crate::grpc::{AdminApi, QueueApi};
+use crate::grpc::{AdminApi, PubSubApi, QueueApi};
 use crate::health::Health;
 use crate::metrics::Metrics;
 use crate::metrics::{Limit, SecurityMetrics};
@@ -144,10 +144,16 @@ pub async fn run(
                 limits.clone(),
                 authorizer.clone(),
             ));
+            let pubsub = PubSubApi::new(broker.clone(), limits.clone(), authorizer.clone());
             let queue = QueueServiceServer::new(QueueApi::new(broker, limits, authorizer))
                 .max_decoding_message_size(max_request);
-            let routes =
-                crate::grpc::content_type::grpc_only(routes.add_service(queue).add_service(admin));
+            let routes = crate::grpc::content_type::grpc_only(
+                routes
+                    .add_service(queue)
+                    .add_service(admin)
+                    .add_service(pubsub.publisher())
+                    .add_service(pubsub.subscriber()),
+            );
             tonic::transport::Server::builder()
                 .max_concurrent_streams(http2.max_concurrent_streams)
                 // hyper's guard against streams the server resets for errors

@@ -360,13 +360,40 @@ impl Broker {
     }
 
     pub async fn seek(&self, topic: &str, subscription: &str, target: &SeekTarget) -> Result<()> {
+        self.seek_keeping(topic, subscription, target, false).await
+    }
+
+    /// Google Pub/Sub's seek to a time: messages published before `ms`
+    /// count as acked, later ones as unacked, except, unless
+    /// `replay_acked` (the subscription's `retain_acked_messages`), those
+    /// already acked: redq's own retention must not bring them back.
+    pub async fn seek_to_time(
+        &self,
+        topic: &str,
+        subscription: &str,
+        ms: u64,
+        replay_acked: bool,
+    ) -> Result<()> {
+        self.seek_keeping(topic, subscription, &SeekTarget::Time(ms), !replay_acked)
+            .await
+    }
+
+    async fn seek_keeping(
+        &self,
+        topic: &str,
+        subscription: &str,
+        target: &SeekTarget,
+        keep_acked: bool,
+    ) -> Result<()> {
         self.kind_for(topic, Call::Seek).await?;
         let keys = self.existing_topic(topic).await?;
         let last_skipped = match target {
             SeekTarget::Time(ms) => entry_id_before(&format!("{ms}-0")),
             SeekTarget::Message(id) => entry_id_before(id),
         };
-        self.store.seek(&keys, subscription, &last_skipped).await?;
+        self.store
+            .seek(&keys, subscription, &last_skipped, keep_acked)
+            .await?;
         // The subscription's streams have entries to read again.
         self.wakeups.deliveries_returned(topic).await
     }

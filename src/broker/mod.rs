@@ -16,6 +16,7 @@ mod open_batches;
 pub use open_batches::OpenBatches;
 pub mod promoter;
 pub mod publish_batches;
+mod pubsub_records;
 pub mod registry_repair;
 pub mod retention;
 pub mod wakeups;

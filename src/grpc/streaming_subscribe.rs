@@ -1,26 +1,22 @@
 //! `StreamingSubscribe`: Subscribe with acks, nacks, deadline changes and
 //! flow-control updates on the same stream, so that a client makes no gRPC
-//! call per message. The ids of the requests that arrive while one batch is
-//! being applied are applied together next, one script call per kind
-//! ([`crate::broker::AckBatch`]).
+//! call per message. Its acks are applied in batches by [`AckStream`].
 
+use super::ack_stream::{AckRequests, AckStream};
 use super::convert;
 use super::targets::Target;
 use crate::auth::{Action, Authorizer, Caller};
 use crate::broker::{AckBatch, Broker, FlowControl};
 use crate::config::Limits;
 use crate::error::{Error, Result};
+use crate::model::AckConfirmation;
 use crate::pb;
-use futures::future::BoxFuture;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status, Streaming};
-
-/// Ack ids waiting to be applied past which the server stops reading the stream.
-const MAX_WAITING_IDS: usize = 50_000;
 
 pub type Responses =
     std::pin::Pin<Box<dyn futures::Stream<Item = Result<pb::SubscribeResponse, Status>> + Send>>;
@@ -50,10 +46,7 @@ pub async fn serve(
         &caller,
         &options.subscription,
     ));
-    let stream = StreamNames {
-        topic: options.topic.clone(),
-        subscription: options.subscription.clone(),
-    };
+    let stream = (options.topic.clone(), options.subscription.clone());
     let subscription = broker.subscribe(options).await?;
     // Its acks come this way: the stream can tell when a fetch's are all in.
     subscription.control.batches().track();
@@ -61,12 +54,15 @@ pub async fn serve(
     // given back (see DeliveryBatch).
     let stopped = subscription.control.stopped();
     let (confirmations, confirmed) = mpsc::channel(4);
-    let requests = Requests {
+    let requests = AckStream {
         broker,
-        limits,
-        stream,
-        control: subscription.control,
-        confirmations,
+        names: stream,
+        control: subscription.control.clone(),
+        responses: confirmations,
+        requests: Requests {
+            limits,
+            control: subscription.control,
+        },
     };
     tokio::spawn(requests.run(first, inbound));
     let deliveries =
@@ -78,114 +74,30 @@ pub async fn serve(
     ))
 }
 
-/// The topic and subscription of the stream.
-#[derive(Clone)]
-struct StreamNames {
-    topic: String,
-    subscription: String,
-}
-
+/// What StreamingSubscribe's requests mean.
 struct Requests {
-    broker: Broker,
     limits: Limits,
-    stream: StreamNames,
     control: Arc<FlowControl>,
-    confirmations: mpsc::Sender<Result<pb::SubscribeResponse, Status>>,
 }
 
-/// A batch of acks being applied, with the confirmation to send, if asked for.
-type Applying = BoxFuture<'static, Result<Option<pb::AckConfirmation>>>;
+impl AckRequests for Requests {
+    type Request = pb::StreamingSubscribeRequest;
+    type Response = pb::SubscribeResponse;
 
-/// Lets a batch being applied finish: it may carry another stream's fetch
-/// (see `Carry`), whose deliveries would otherwise wait out their lease.
-async fn finish(applying: Option<Applying>) {
-    if let Some(applying) = applying {
-        let _ = applying.await;
-    }
-}
-
-impl Requests {
-    async fn run(
-        self,
-        first: pb::StreamingSubscribeRequest,
-        mut inbound: Streaming<pb::StreamingSubscribeRequest>,
-    ) {
-        let mut batch = AckBatch::default();
-        let mut applying: Option<Applying> = None;
-        let mut open = true;
-        if let Err(err) = self.take(first, &mut batch) {
-            self.end(err).await;
-            return;
+    fn confirmed(&mut self, confirmation: AckConfirmation) -> pb::SubscribeResponse {
+        pb::SubscribeResponse {
+            messages: Vec::new(),
+            confirmation: Some(convert::ack_confirmation(confirmation)),
+            dropped: 0,
         }
-        loop {
-            if applying.is_none() && !batch.is_empty() {
-                let mut next = std::mem::take(&mut batch);
-                let batches = self.control.batches();
-                batches.resolved(next.leases());
-                if !next.acks.is_empty() {
-                    next.finished = batches.take_finished(); // else for the next acks
-                }
-                let (broker, stream) = (self.broker.clone(), self.stream.clone());
-                applying = Some(Box::pin(async move {
-                    let names = (stream.topic.as_str(), stream.subscription.as_str());
-                    let confirmation = broker.apply_ack_batch(names, next).await?;
-                    Ok(confirmation.map(convert::ack_confirmation))
-                }));
-            }
-            if !open && applying.is_none() {
-                break;
-            }
-            tokio::select! {
-                next = inbound.message(), if open && batch.ids() < MAX_WAITING_IDS => match next {
-                    Ok(Some(request)) => {
-                        if let Err(err) = self.take(request, &mut batch) {
-                            finish(applying).await;
-                            self.end(err).await;
-                            return;
-                        }
-                    }
-                    // The client is done: no more deliveries (what was fetched
-                    // and not sent is given back), apply what it sent, end.
-                    Ok(None) | Err(_) => {
-                        open = false;
-                        self.control.stop();
-                    }
-                },
-                applied = async { applying.as_mut().expect("guarded").await }, if applying.is_some() => {
-                    applying = None;
-                    match applied {
-                        Ok(None) => {}
-                        Ok(Some(confirmation)) => {
-                            let response = pb::SubscribeResponse {
-                                messages: Vec::new(),
-                                confirmation: Some(confirmation),
-                                dropped: 0,
-                            };
-                            let _ = self.confirmations.send(Ok(response)).await;
-                        }
-                        Err(err) => {
-                            self.end(err).await;
-                            return;
-                        }
-                    }
-                }
-                _ = self.confirmations.closed() => {
-                    finish(applying).await;
-                    break;
-                }
-            }
-        }
-        self.control.stop();
-    }
-
-    /// Ends the stream with `err`; its unacked messages are redelivered.
-    async fn end(&self, err: Error) {
-        let _ = self.confirmations.send(Err(err.into())).await;
-        self.control.stop();
     }
 
     /// Adds a request's ids to the batch and applies its flow-control updates.
-    fn take(&self, request: pb::StreamingSubscribeRequest, batch: &mut AckBatch) -> Result<()> {
+    fn take(
+        &mut self,
+        request: pb::StreamingSubscribeRequest,
+        batch: &mut AckBatch,
+    ) -> Result<Option<pb::SubscribeResponse>> {
         let pb::StreamingSubscribeRequest {
             subscribe: _,
             ack_ids,
@@ -231,6 +143,6 @@ impl Requests {
         let ids = batch.parse(nack_ids, confirm);
         batch.nacks.entry(delay).or_default().extend(ids);
         batch.confirm |= confirm;
-        Ok(())
+        Ok(None)
     }
 }

@@ -3,6 +3,7 @@
 //! keeps them. `grpc/` converts requests into these and answers from them;
 //! `broker/` works with them; `store/` reads and writes them.
 
+mod api_record;
 mod dead_letter;
 mod lease;
 mod message;
@@ -10,6 +11,7 @@ mod pattern;
 mod subscription;
 mod topic;
 
+pub use api_record::PubSubRecord;
 pub use dead_letter::{DeadLetter, DeadLetterPage, DeadLetterReason};
 pub use lease::{AckConfirmation, BatchTimer, Lease};
 pub use message::{

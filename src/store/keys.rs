@@ -4,7 +4,7 @@
 //! script touches a single Redis Cluster slot. A LIST topic's list is the
 //! user's key, not redq's; LIST topics are refused on a cluster.
 
-use crate::model::TopicKind;
+use crate::model::{PubSubRecord, TopicKind};
 
 /// ZSET (all scores 0, so ordered by name) of every topic.
 pub const TOPICS: &str = "redq:topics";
@@ -23,6 +23,17 @@ pub const EPHEMERAL_CHANNELS: &str = "redq:ephemeral:";
 /// fixed pattern (`&redq:ephemeral:*`) is what a least-privilege user can
 /// be granted; each stream filters by its own NATS-style pattern.
 pub const EVERY_EPHEMERAL_CHANNEL: &str = "redq:ephemeral:*";
+
+/// HASH of a Google Pub/Sub project's topics or subscriptions: id → the
+/// resource as the Pub/Sub API last stored it (protobuf). One hash tag per
+/// project, so a project's records share a Cluster slot.
+pub fn pubsub_records(project: &str, kind: PubSubRecord) -> String {
+    let kind = match kind {
+        PubSubRecord::Topic => "topics",
+        PubSubRecord::Subscription => "subscriptions",
+    };
+    format!("redq:pubsub:{{{project}}}:{kind}")
+}
 
 /// The topic an EPHEMERAL channel belongs to.
 pub fn topic_of_channel(channel: &str) -> Option<&str> {

@@ -10,6 +10,7 @@ pub mod keys;
 pub mod leases;
 pub mod list;
 pub mod ordering;
+mod pubsub_records;
 mod replies;
 pub mod scheduled;
 mod scripts;

@@ -189,18 +189,20 @@ impl Store {
     }
 
     /// Moves the subscription so that entries after `last_skipped` are
-    /// delivered (again) and those up to it count as acked.
+    /// delivered (again, unless `keep_acked`) and those up to it count as acked.
     pub async fn seek(
         &self,
         keys: &TopicKeys,
         subscription: &str,
         last_skipped: &str,
+        keep_acked: bool,
     ) -> Result<()> {
         let mut conn = self.connection().await?;
         let _: i64 = SEEK
             .key(&keys.lease_keys(subscription)[..])
             .arg(subscription)
             .arg(last_skipped)
+            .arg(if keep_acked { "1" } else { "0" })
             .invoke_async(&mut conn)
             .await
             .map_err(|err| {
