@@ -51,9 +51,12 @@ impl Subscribed {
     }
 }
 
+/// A subscription and when it was read.
+type CacheEntry = (Instant, Arc<Subscribed>);
+
 /// Subscriptions recently read, by name.
 #[derive(Clone, Default)]
-pub struct SubscriptionCache(Arc<Mutex<HashMap<ResourceName, (Instant, Arc<Subscribed>)>>>);
+pub struct SubscriptionCache(Arc<Mutex<HashMap<ResourceName, CacheEntry>>>);
 
 impl SubscriptionCache {
     fn get(&self, name: &ResourceName) -> Option<Arc<Subscribed>> {

@@ -116,11 +116,13 @@ pub async fn serve(
             tokio_stream::iter(responses)
         },
     );
-    let responses = deliveries
-        .merge(ReceiverStream::new(answered))
-        .chain(tokio_stream::once(Err(Status::unavailable(
-            "the stream ended; open a new one",
-        ))));
+    // The deliveries end when the stream stops (the client closed it, or the
+    // server is shutting down): the response stream ends there, with an
+    // error even then.
+    let deliveries = deliveries.chain(tokio_stream::once(Err(Status::unavailable(
+        "the stream ended (the server is shutting down, or the stream was closed); open a new one",
+    ))));
+    let responses = deliveries.merge(ReceiverStream::new(answered));
     let responses: Pin<Box<dyn futures::Stream<Item = _> + Send>> = Box::pin(responses);
     Ok(authorized::until_revoked(
         responses,

@@ -127,7 +127,7 @@ fn update_subscription(
     for path in paths {
         match path.as_str() {
             "ack_deadline_seconds" => current.ack_deadline_seconds = given.ack_deadline_seconds,
-            "retry_policy" => current.retry_policy = given.retry_policy.clone(),
+            "retry_policy" => current.retry_policy = given.retry_policy,
             "dead_letter_policy" => current.dead_letter_policy = given.dead_letter_policy.clone(),
             "labels" => current.labels = given.labels.clone(),
             "push_config" => current.push_config = given.push_config.clone(),
