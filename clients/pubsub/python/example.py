@@ -29,6 +29,7 @@ import time
 import uuid
 
 from google.api_core import exceptions as api_exceptions
+from google.api_core import retry as retries
 from google.cloud import pubsub_v1
 
 RUN_BUDGET_S = 50.0  # the whole run, cleanup included, stays under this
@@ -52,6 +53,20 @@ class Budget:
 
     def left(self, cap):
         return max(0.1, min(cap, self.end - time.monotonic()))
+
+    def rpc(self, cap=RPC_TIMEOUT_S):
+        """Per-call options: the client's default retries run for up to a minute or
+        more (Publish: ten), so each call gets a retry (on UNAVAILABLE, as the defaults
+        of the admin calls) bounded by the same time as its attempt."""
+        seconds = self.left(cap)
+        retry = retries.Retry(
+            predicate=retries.if_exception_type(api_exceptions.ServiceUnavailable),
+            initial=0.1,
+            maximum=1.0,
+            multiplier=1.3,
+            timeout=seconds,
+        )
+        return {"retry": retry, "timeout": seconds}
 
 
 def code_name(exc):
@@ -181,7 +196,7 @@ def pull_and_ack(subscriber, path, budget, want):
         try:
             response = subscriber.pull(
                 request={"subscription": path, "max_messages": PULL_MAX_MESSAGES},
-                timeout=max(0.5, min(5.0, deadline - time.monotonic())),
+                **budget.rpc(max(0.5, min(5.0, deadline - time.monotonic()))),
             )
         except api_exceptions.DeadlineExceeded:
             continue  # an empty long poll
@@ -193,7 +208,7 @@ def pull_and_ack(subscriber, path, budget, want):
                 indexes.add(received.message.attributes.get("index"))
             subscriber.acknowledge(
                 request={"subscription": path, "ack_ids": [r.ack_id for r in response.received_messages]},
-                timeout=budget.left(RPC_TIMEOUT_S),
+                **budget.rpc(),
             )
     return indexes, largest, None
 
@@ -235,7 +250,7 @@ def main():
     phase = "setup"
     try:
         phase = "create"
-        publisher.create_topic(name=topic, timeout=budget.left(RPC_TIMEOUT_S))
+        publisher.create_topic(name=topic, **budget.rpc())
         created_topic = True
         settings = {
             "main": {},
@@ -244,33 +259,35 @@ def main():
         }
         for role, path in subs.items():
             subscriber.create_subscription(
-                request={"name": path, "topic": topic, **settings[role]}, timeout=budget.left(RPC_TIMEOUT_S)
+                request={"name": path, "topic": topic, **settings[role]}, **budget.rpc()
             )
             created_subs.append(path)
 
         phase = "errors"
         errors = {
             "create_existing_topic": expect_error(
-                lambda: publisher.create_topic(name=topic, timeout=budget.left(RPC_TIMEOUT_S))
+                lambda: publisher.create_topic(name=topic, **budget.rpc())
             ),
             "create_existing_subscription": expect_error(
                 lambda: subscriber.create_subscription(
-                    request={"name": subs["main"], "topic": topic}, timeout=budget.left(RPC_TIMEOUT_S)
+                    request={"name": subs["main"], "topic": topic}, **budget.rpc()
                 )
             ),
             "create_subscription_on_missing_topic": expect_error(
                 lambda: subscriber.create_subscription(
-                    request={"name": missing_sub, "topic": missing_topic}, timeout=budget.left(RPC_TIMEOUT_S)
+                    request={"name": missing_sub, "topic": missing_topic}, **budget.rpc()
                 )
             ),
             "get_missing_topic": expect_error(
-                lambda: publisher.get_topic(topic=missing_topic, timeout=budget.left(RPC_TIMEOUT_S))
+                lambda: publisher.get_topic(topic=missing_topic, **budget.rpc())
             ),
             "get_missing_subscription": expect_error(
-                lambda: subscriber.get_subscription(subscription=missing_sub, timeout=budget.left(RPC_TIMEOUT_S))
+                lambda: subscriber.get_subscription(subscription=missing_sub, **budget.rpc())
             ),
             "publish_to_missing_topic": expect_error(
-                lambda: publisher.publish(missing_topic, b"nobody").result(timeout=budget.left(RPC_TIMEOUT_S))
+                lambda: publisher.publish(missing_topic, b"nobody", **budget.rpc()).result(
+                    timeout=budget.left(RPC_TIMEOUT_S)
+                )
             ),
         }
         result["errors"] = errors
@@ -281,7 +298,7 @@ def main():
         phase = "describe"
         described = {}
         for role, path in subs.items():
-            got = subscriber.get_subscription(subscription=path, timeout=budget.left(RPC_TIMEOUT_S))
+            got = subscriber.get_subscription(subscription=path, **budget.rpc())
             described[role] = {
                 "topic_matches": got.topic == topic,
                 "ack_deadline_seconds": got.ack_deadline_seconds,
@@ -296,7 +313,7 @@ def main():
         listed = sorted(
             subscriber_path.rsplit("/", 1)[-1].rsplit("-", 1)[-1]
             for subscriber_path in publisher.list_topic_subscriptions(
-                topic=topic, timeout=budget.left(RPC_TIMEOUT_S)
+                topic=topic, **budget.rpc()
             )
         )
         result["topic_subscriptions"] = listed
@@ -306,7 +323,8 @@ def main():
         plan = message_plan("python")
         before_publish = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(seconds=1)
         futures = [
-            publisher.publish(topic, data, ordering_key=key, **attributes) for data, attributes, key in plan
+            publisher.publish(topic, data, ordering_key=key, **budget.rpc(), **attributes)
+            for data, attributes, key in plan
         ]
         ids = [f.result(timeout=budget.left(RPC_TIMEOUT_S)) for f in futures]
         result["published"] = {
@@ -399,7 +417,7 @@ def main():
         # the publishes, then stream everything again.
         pulled, max_pulled, pull_error = pull_and_ack(subscriber, subs["retain"], budget, MESSAGES)
         subscriber.seek(
-            request={"subscription": subs["retain"], "time": before_publish}, timeout=budget.left(RPC_TIMEOUT_S)
+            request={"subscription": subs["retain"], "time": before_publish}, **budget.rpc()
         )
         again, _, error = receive(
             subscriber, subs["retain"], budget, lambda message, first: message.ack(), lambda c: c.distinct() == MESSAGES
@@ -419,16 +437,16 @@ def main():
 
         phase = "delete"
         for path in list(created_subs):
-            subscriber.delete_subscription(subscription=path, timeout=budget.left(RPC_TIMEOUT_S))
+            subscriber.delete_subscription(subscription=path, **budget.rpc())
             created_subs.remove(path)
-        publisher.delete_topic(topic=topic, timeout=budget.left(RPC_TIMEOUT_S))
+        publisher.delete_topic(topic=topic, **budget.rpc())
         created_topic = False
         deleted = {
             "get_deleted_topic": expect_error(
-                lambda: publisher.get_topic(topic=topic, timeout=budget.left(RPC_TIMEOUT_S))
+                lambda: publisher.get_topic(topic=topic, **budget.rpc())
             ),
             "get_deleted_subscription": expect_error(
-                lambda: subscriber.get_subscription(subscription=subs["main"], timeout=budget.left(RPC_TIMEOUT_S))
+                lambda: subscriber.get_subscription(subscription=subs["main"], **budget.rpc())
             ),
         }
         result["deleted"] = deleted
@@ -440,15 +458,14 @@ def main():
     finally:
         for path in created_subs:
             try:
-                subscriber.delete_subscription(subscription=path, timeout=budget.left(3.0))
+                subscriber.delete_subscription(subscription=path, **budget.rpc(3.0))
             except Exception:  # noqa: BLE001 - best-effort cleanup
                 pass
         if created_topic:
             try:
-                publisher.delete_topic(topic=topic, timeout=budget.left(3.0))
+                publisher.delete_topic(topic=topic, **budget.rpc(3.0))
             except Exception:  # noqa: BLE001 - best-effort cleanup
                 pass
-        publisher.stop()
 
     print(json.dumps(result, indent=2))
     for failure in failures:
