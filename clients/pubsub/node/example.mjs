@@ -26,6 +26,7 @@ const RUN_BUDGET_MS = 50_000; // the whole run, cleanup included, stays under th
 const RPC_TIMEOUT_MS = 10_000; // one admin call
 const PHASE_TIMEOUT_MS = 15_000; // one receiving phase
 const SETTLE_MS = 500; // after a phase has all it waited for: time for stray extra deliveries
+const QUIET_MS = 500; // no delivery for this long: hold no longer for MAX_OUTSTANDING messages
 
 const MESSAGES = 50;
 const ORDERING_KEYS = ['alpha', 'beta']; // five messages each, published in between the others
@@ -144,7 +145,7 @@ async function receive(pubsub, name, settle, done, holdUntilFull = false) {
       }
       if (finishedAt === null && done(deliveries)) finishedAt = now;
       if (finishedAt !== null && now - finishedAt >= SETTLE_MS) break;
-      const quiet = now - lastArrival >= 200; // "no more coming right now"
+      const quiet = now - lastArrival >= QUIET_MS; // "no more coming right now"
       if (held.length === 0 || (holdUntilFull && held.length < MAX_OUTSTANDING && !quiet)) {
         await sleep(20);
         continue;

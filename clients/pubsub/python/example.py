@@ -36,6 +36,7 @@ RUN_BUDGET_S = 50.0  # the whole run, cleanup included, stays under this
 RPC_TIMEOUT_S = 10.0  # one admin call
 PHASE_TIMEOUT_S = 15.0  # one receiving phase
 SETTLE_S = 0.5  # after a phase has all it waited for: time for stray extra deliveries
+QUIET_S = 0.5  # no delivery for this long: hold no longer for MAX_OUTSTANDING messages
 
 MESSAGES = 50
 ORDERING_KEYS = ("alpha", "beta")  # five messages each, published in between the others
@@ -163,7 +164,7 @@ def receive(subscriber, path, budget, settle, done, hold_until_full=False):
                     break
                 if not collector.held or (hold_until_full and len(collector.held) < MAX_OUTSTANDING):
                     # Wait for more; a short quiet moment counts as "no more coming right now".
-                    arrived = collector.cond.wait(timeout=0.2)
+                    arrived = collector.cond.wait(timeout=QUIET_S)
                     if arrived or not collector.held:
                         continue
                 batch, collector.held = collector.held, []
