@@ -207,19 +207,21 @@ done
 
 failed=0
 echo
-printf '%-10s' "program"
-for server in "${servers[@]}"; do printf ' | %-22s' "$server"; done
+printf '%-8s' "program"
+for server in "${servers[@]}"; do printf ' | %-29s' "$server"; done
 [ ${#servers[@]} -eq 2 ] && printf ' | %s' "same JSON"
 echo
 for language in "${languages[@]}"; do
-  printf '%-10s' "$language"
+  printf '%-8s' "$language"
   for server in "${servers[@]}"; do
-    printf ' | %-22s' "${state["$server $language"]}"
+    printf ' | %-29s' "${state["$server $language"]}"
     [[ ${state["$server $language"]} == ok* ]] || failed=1
   done
   if [ ${#servers[@]} -eq 2 ]; then
-    if [ -s "$work/emulator/$language.json" ] && [ -s "$work/redq/$language.json" ] \
-      && diff -q "$work/emulator/$language.json" "$work/redq/$language.json" >/dev/null; then
+    if [ ! -s "$work/emulator/$language.json" ] || [ ! -s "$work/redq/$language.json" ]; then
+      printf ' | %s' "-"
+      failed=1
+    elif diff -q "$work/emulator/$language.json" "$work/redq/$language.json" >/dev/null; then
       printf ' | %s' "yes"
     else
       printf ' | %s' "NO"
@@ -232,22 +234,20 @@ done
 for language in "${languages[@]}"; do
   for server in "${servers[@]}"; do
     [[ ${state["$server $language"]} == ok* ]] && continue
+    [ -s "$work/$server/$language.log" ] || continue
     echo
     echo "== $language against $server: stderr"
-    sed 's/^/  /' "$work/$server/$language.log" 2>/dev/null | tail -n 20 || true
+    tail -n 20 "$work/$server/$language.log" | sed 's/^/  /'
   done
-  if [ ${#servers[@]} -eq 2 ]; then
-    a="$work/emulator/$language.json"
-    b="$work/redq/$language.json"
-    [ -f "$a" ] || a=/dev/null
-    [ -f "$b" ] || b=/dev/null
-    if ! diff -q "$a" "$b" >/dev/null; then
-      echo
-      echo "== $language: emulator (-) vs redq (+)"
-      diff -u --label "emulator/$language.json" --label "redq/$language.json" "$a" "$b" || true
-    fi
+  if [ ${#servers[@]} -eq 2 ] && [ -s "$work/emulator/$language.json" ] && [ -s "$work/redq/$language.json" ] \
+    && ! diff -q "$work/emulator/$language.json" "$work/redq/$language.json" >/dev/null; then
+    echo
+    echo "== $language: emulator (-) vs redq (+)"
+    diff -u --label "emulator/$language.json" --label "redq/$language.json" \
+      "$work/emulator/$language.json" "$work/redq/$language.json" || true
   fi
 done
+# With one server there is nothing to diff: show what it printed instead.
 if [ ${#servers[@]} -eq 1 ]; then
   for language in "${languages[@]}"; do
     [ -s "$work/${servers[0]}/$language.json" ] || continue
