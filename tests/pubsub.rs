@@ -608,7 +608,22 @@ async fn dead_letter_policy_counts_delivery_attempts() {
         }),
         ..Default::default()
     };
+    let missing_target = ps
+        .subscriber
+        .create_subscription(ps::Subscription {
+            name: subscription_path("misdirected"),
+            topic: topic_path("flaky"),
+            dead_letter_policy: Some(ps::DeadLetterPolicy {
+                dead_letter_topic: topic_path("no-such-topic"),
+                max_delivery_attempts: 5,
+            }),
+            ..Default::default()
+        })
+        .await;
+    assert_eq!(code(missing_target), Code::NotFound);
     ps.create_subscription("retrying", "flaky", policy).await;
+    ps.create_subscription("dead-reader", "flaky-dead", Default::default())
+        .await;
     ps.publish("flaky", vec![data("poison")]).await;
     let (requests, mut responses) = ps.streaming_pull(open("retrying")).await;
     for attempt in 1..=5 {
@@ -625,6 +640,37 @@ async fn dead_letter_policy_counts_delivery_attempts() {
     }
     let sixth = tokio::time::timeout(Duration::from_secs(2), responses.message()).await;
     assert!(sixth.is_err(), "no sixth delivery: {sixth:?}");
+    // The fifth nack dead-lettered it: it is republished to the dead-letter
+    // topic with the attributes that say where it came from.
+    let (_requests, mut dead) = ps.streaming_pull(open("dead-reader")).await;
+    let forwarded = receive(&mut dead, 1).await;
+    let message = forwarded[0].message.as_ref().unwrap();
+    assert_eq!(message.data, "poison");
+    let attributes = &message.attributes;
+    assert_eq!(attributes["CloudPubSubDeadLetterSourceDeliveryCount"], "5");
+    assert_eq!(
+        attributes["CloudPubSubDeadLetterSourceSubscription"],
+        "retrying"
+    );
+    assert_eq!(
+        attributes["CloudPubSubDeadLetterSourceSubscriptionProject"],
+        PROJECT
+    );
+    assert!(attributes.contains_key("CloudPubSubDeadLetterSourceTopicPublishTime"));
+    let stats = ps
+        .server
+        .admin()
+        .await
+        .get_subscription(pb::GetSubscriptionRequest {
+            topic: "demo.flaky".into(),
+            name: "demo.retrying".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .stats
+        .unwrap();
+    assert_eq!(stats.dead_letters, 0, "forwarded, not kept: {stats:?}");
 }
 
 #[tokio::test]

@@ -12,6 +12,7 @@
 //! how it differs from Google's service.
 
 mod convert;
+mod dead_letters;
 mod names;
 mod publisher;
 mod records;
@@ -21,6 +22,7 @@ mod subscriber;
 use crate::auth::{Action, Authorizer, Caller, Resource};
 use crate::broker::Broker;
 use crate::config::Limits;
+use dead_letters::Forwarding;
 use records::SubscriptionCache;
 use tonic::{Request, Status};
 
@@ -47,6 +49,7 @@ pub struct PubSubApi {
     limits: Limits,
     authorizer: Authorizer,
     subscriptions: SubscriptionCache,
+    forwarding: Forwarding,
 }
 
 impl PubSubApi {
@@ -56,6 +59,7 @@ impl PubSubApi {
             limits,
             authorizer,
             subscriptions: SubscriptionCache::default(),
+            forwarding: Forwarding::default(),
         }
     }
 

@@ -9,10 +9,12 @@
 //! Python and Node clients stop for good: a stream that ends for any other
 //! reason than an error ends with `UNAVAILABLE`, and the client reconnects.
 
+use super::dead_letters::FORWARD_INTERVAL;
 use super::names::{Collection, ResourceName};
 use super::ps::streaming_pull_response::{
     AcknowledgeConfirmation, ModifyAckDeadlineConfirmation, SubscriptionProperties,
 };
+use super::records::Subscribed;
 use super::{PubSubApi, convert, ps};
 use crate::auth::{Action, Resource};
 use crate::broker::{AckBatch, SubscribeOptions};
@@ -22,6 +24,7 @@ use crate::grpc::authorized;
 use crate::model::{AckConfirmation, GroupStart};
 use std::collections::HashSet;
 use std::pin::Pin;
+use std::sync::Arc;
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
@@ -80,6 +83,14 @@ pub async fn serve(
     // Its acks come this way: the stream can tell when a fetch's are all in.
     subscription.control.batches().track();
     let stopped = subscription.control.stopped();
+    if record.dead_letter_policy.is_some() {
+        tokio::spawn(forward_while_open(
+            api.clone(),
+            name.clone(),
+            subscribed.clone(),
+            subscription.control.stopped(),
+        ));
+    }
     let properties = convert::properties(record);
     let with_attempt = record.dead_letter_policy.is_some();
     let (answers, answered) = mpsc::channel(4);
@@ -131,6 +142,25 @@ pub async fn serve(
         names,
         slot,
     ))
+}
+
+/// Forwards the subscription's dead letters every [`FORWARD_INTERVAL`]
+/// until the stream stops: its fetches settle expired leases, and its nacks
+/// come on the stream.
+async fn forward_while_open(
+    api: PubSubApi,
+    name: ResourceName,
+    subscribed: Arc<Subscribed>,
+    stopped: impl std::future::Future<Output = ()>,
+) {
+    tokio::pin!(stopped);
+    let mut ticks = tokio::time::interval(FORWARD_INTERVAL);
+    loop {
+        tokio::select! {
+            _ = &mut stopped => return,
+            _ = ticks.tick() => api.forward_dead_letters_soon(&name, subscribed.clone()),
+        }
+    }
 }
 
 /// What StreamingPull's requests mean.

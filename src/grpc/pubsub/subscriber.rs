@@ -205,6 +205,14 @@ impl Subscriber for PubSubApi {
         check_supported(&record)?;
         convert::complete_subscription(&mut record)?;
         let topic_record = self.existing_topic(&topic).await?;
+        if let Some(policy) = &record.dead_letter_policy {
+            let target = ResourceName::parse(
+                "dead_letter_policy.dead_letter_topic",
+                &policy.dead_letter_topic,
+                Collection::Topics,
+            )?;
+            self.existing_topic(&target).await?;
+        }
         record.topic_message_retention_duration = topic_record.message_retention_duration;
         if !self
             .create_record(PubSubRecord::Subscription, &name, &record)
@@ -339,7 +347,7 @@ impl Subscriber for PubSubApi {
         request: Request<ps::ModifyAckDeadlineRequest>,
     ) -> Result<Response<Empty>, Status> {
         let subscription = request.get_ref().subscription.clone();
-        let (_, subscribed) = self
+        let (name, subscribed) = self
             .admit_subscription(&request, "subscription", &subscription, Action::Subscribe)
             .await?;
         let ps::ModifyAckDeadlineRequest {
@@ -351,8 +359,11 @@ impl Subscriber for PubSubApi {
         let ids = parse_ack_ids(&ack_ids)?;
         let (topic, subscription) = subscribed.location()?;
         let result = if deadline.is_zero() {
-            // A nack: redelivered after the retry policy's backoff, if any.
-            self.broker.nack(topic, subscription, &ids, None).await
+            // A nack: redelivered after the retry policy's backoff, if any,
+            // or dead-lettered.
+            let nacked = self.broker.nack(topic, subscription, &ids, None).await;
+            self.forward_dead_letters_soon(&name, subscribed.clone());
+            nacked
         } else {
             self.broker
                 .modify_ack_deadline(topic, subscription, &ids, deadline)
@@ -390,7 +401,7 @@ impl Subscriber for PubSubApi {
         request: Request<ps::PullRequest>,
     ) -> Result<Response<ps::PullResponse>, Status> {
         let subscription = request.get_ref().subscription.clone();
-        let (_, subscribed) = self
+        let (name, subscribed) = self
             .admit_subscription(&request, "subscription", &subscription, Action::Subscribe)
             .await?;
         // Deprecated, and still sent by older clients.
@@ -420,6 +431,8 @@ impl Subscriber for PubSubApi {
         let received = tokio::time::timeout(wait, stream.deliveries.recv()).await;
         // What the stream fetched and did not hand over is given back.
         stream.control.stop();
+        // Its fetch settled expired leases, which may have dead-lettered some.
+        self.forward_dead_letters_soon(&name, subscribed.clone());
         let received_messages = match received {
             Ok(Some(batch)) => batch?
                 .into_deliveries()
