@@ -16,6 +16,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 use tonic::{Code, Request, Status, Streaming};
+use tonic_types::StatusExt;
 
 type Publisher = ps::publisher_client::PublisherClient<Channel>;
 type Subscriber = ps::subscriber_client::SubscriberClient<Channel>;
@@ -702,7 +703,28 @@ async fn exactly_once_streams_confirm_each_ack_id() {
     let second = next_with(&mut responses, |r| r.acknowledge_confirmation.is_some()).await;
     let refused = second.acknowledge_confirmation.unwrap();
     assert!(refused.ack_ids.is_empty());
-    assert_eq!(refused.invalid_ack_ids, [ack_id]);
+    assert_eq!(refused.invalid_ack_ids, std::slice::from_ref(&ack_id));
+    // Unary calls report failed ack ids in the ErrorInfo the clients read.
+    let status = ps
+        .subscriber
+        .acknowledge(ps::AcknowledgeRequest {
+            subscription: subscription_path("ledger"),
+            ack_ids: vec![ack_id.clone(), "malformed".into()],
+        })
+        .await
+        .expect_err("INVALID_ARGUMENT");
+    assert_eq!(status.code(), Code::InvalidArgument);
+    let info = status
+        .get_error_details()
+        .error_info()
+        .cloned()
+        .expect("an ErrorInfo");
+    assert_eq!(info.reason, "EXACTLY_ONCE_ACKID_FAILURE");
+    assert_eq!(info.metadata[&ack_id], "PERMANENT_FAILURE_INVALID_ACK_ID");
+    assert_eq!(
+        info.metadata["malformed"],
+        "PERMANENT_FAILURE_INVALID_ACK_ID"
+    );
 }
 
 #[tokio::test]

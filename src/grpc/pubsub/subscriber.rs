@@ -7,13 +7,15 @@ use super::server::subscriber_server::Subscriber;
 use super::streaming_pull::{self, PullStream};
 use super::{Empty, PubSubApi, convert, ps};
 use crate::auth::{Action, Resource};
-use crate::broker::SubscribeOptions;
 use crate::broker::ack_id::{self, AckId};
+use crate::broker::{Carry, SubscribeOptions};
 use crate::error::Error;
 use crate::model::{GroupStart, PubSubRecord, SubscriptionUpdate};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
-use tonic::{Request, Response, Status, Streaming};
+use tonic::{Code, Request, Response, Status, Streaming};
+use tonic_types::{ErrorDetails, StatusExt};
 
 /// How long a Pull waits for messages when its caller sets no deadline.
 const DEFAULT_PULL_WAIT: Duration = Duration::from_secs(30);
@@ -64,27 +66,59 @@ impl PubSubApi {
     }
 }
 
-/// Ack ids as redq issued them: a malformed one is INVALID_ARGUMENT.
-fn parse_ack_ids(ids: &[String]) -> Result<Vec<AckId>, Error> {
+/// Ack ids as redq issued them: a malformed one is INVALID_ARGUMENT, or,
+/// with exactly-once delivery, one of the failed ids.
+fn parse_ack_ids(ids: &[String], exactly_once: bool) -> Result<(Vec<AckId>, Vec<String>), Error> {
     if ids.is_empty() {
         return Err(Error::invalid("ack_ids", "must not be empty"));
     }
-    ids.iter()
-        .enumerate()
-        .map(|(i, id)| {
-            ack_id::parse(id)
-                .ok_or_else(|| Error::invalid(format!("ack_ids[{i}]"), "not an ack id redq issued"))
-        })
-        .collect()
+    let (mut parsed, mut malformed) = (Vec::with_capacity(ids.len()), Vec::new());
+    for (i, id) in ids.iter().enumerate() {
+        match ack_id::parse(id) {
+            Some(ack_id) => parsed.push(ack_id),
+            None if exactly_once => malformed.push(id.clone()),
+            None => {
+                return Err(Error::invalid(
+                    format!("ack_ids[{i}]"),
+                    "not an ack id redq issued",
+                ));
+            }
+        }
+    }
+    Ok((parsed, malformed))
 }
 
-/// Without exactly-once delivery, an ack or deadline change of a lease
-/// already lost is not an error (Pub/Sub's at-least-once contract).
-fn lost_is_ok(result: Result<(), Error>) -> Result<(), Error> {
+/// The ack ids a lease call found lost; other errors stay errors.
+fn lost_ids(result: Result<(), Error>) -> Result<Vec<String>, Error> {
     match result {
-        Err(Error::LeaseLost(_)) => Ok(()),
-        other => other,
+        Ok(()) => Ok(Vec::new()),
+        Err(Error::LeaseLost(lost)) => Ok(lost),
+        Err(err) => Err(err),
     }
+}
+
+/// The outcome of an Acknowledge or ModifyAckDeadline whose `failed` ack
+/// ids were malformed or no longer current. Without exactly-once delivery
+/// that is not an error (Pub/Sub's at-least-once contract); with it, it is
+/// INVALID_ARGUMENT with the `ErrorInfo` the official clients read: each
+/// failed ack id mapped to `PERMANENT_FAILURE_INVALID_ACK_ID`.
+fn ack_outcome(failed: Vec<String>, exactly_once: bool) -> Result<Response<Empty>, Status> {
+    if failed.is_empty() || !exactly_once {
+        return Ok(Response::new(()));
+    }
+    let metadata: HashMap<String, String> = failed
+        .into_iter()
+        .map(|id| (id, "PERMANENT_FAILURE_INVALID_ACK_ID".to_owned()))
+        .collect();
+    Err(Status::with_error_details(
+        Code::InvalidArgument,
+        "some ack ids failed: malformed, expired, acked or redelivered since (exactly-once delivery is on)",
+        ErrorDetails::with_error_info(
+            "EXACTLY_ONCE_ACKID_FAILURE",
+            "pubsub.googleapis.com",
+            metadata,
+        ),
+    ))
 }
 
 /// Refuses what redq does not do: push, export subscriptions, filters.
@@ -356,7 +390,8 @@ impl Subscriber for PubSubApi {
             ..
         } = request.into_inner();
         let deadline = convert::modify_deadline("ack_deadline_seconds", ack_deadline_seconds)?;
-        let ids = parse_ack_ids(&ack_ids)?;
+        let exactly_once = subscribed.record.enable_exactly_once_delivery;
+        let (ids, mut failed) = parse_ack_ids(&ack_ids, exactly_once)?;
         let (topic, subscription) = subscribed.location()?;
         let result = if deadline.is_zero() {
             // A nack: redelivered after the retry policy's backoff, if any,
@@ -369,8 +404,8 @@ impl Subscriber for PubSubApi {
                 .modify_ack_deadline(topic, subscription, &ids, deadline)
                 .await
         };
-        lost_is_ok(result)?;
-        Ok(Response::new(()))
+        failed.extend(lost_ids(result)?);
+        ack_outcome(failed, exactly_once)
     }
 
     async fn acknowledge(
@@ -381,19 +416,25 @@ impl Subscriber for PubSubApi {
         let (_, subscribed) = self
             .admit_subscription(&request, "subscription", &subscription, Action::Subscribe)
             .await?;
-        let ids = parse_ack_ids(&request.get_ref().ack_ids)?;
+        let exactly_once = subscribed.record.enable_exactly_once_delivery;
+        let (ids, mut failed) = parse_ack_ids(&request.get_ref().ack_ids, exactly_once)?;
         let (topic, subscription) = subscribed.location()?;
-        let result = self
-            .broker
-            .ack(
-                (topic, subscription),
-                &ids,
-                Vec::new(),
-                crate::broker::Carry::Nothing,
-            )
-            .await;
-        lost_is_ok(result)?;
-        Ok(Response::new(()))
+        let names = (topic, subscription);
+        if exactly_once {
+            let applied = self
+                .broker
+                .ack_confirmed(names, &ids, Vec::new(), Carry::Nothing)
+                .await?;
+            let lost = ids.into_iter().zip(applied).filter(|(_, applied)| !applied);
+            failed.extend(lost.map(|(id, _)| id.text));
+        } else {
+            let acked = self
+                .broker
+                .ack(names, &ids, Vec::new(), Carry::Nothing)
+                .await;
+            lost_ids(acked)?;
+        }
+        ack_outcome(failed, exactly_once)
     }
 
     async fn pull(
