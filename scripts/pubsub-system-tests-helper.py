@@ -2,10 +2,13 @@
 """Helpers for scripts/pubsub-system-tests.sh (standard library only).
 
   free-port                     print a loopback TCP port that is free right now
-  wait-listen PGID PORT SECS    wait until a process of process group PGID
+  wait-listen PGID PORT SECS [LOG]
+                                wait until a process of process group PGID
                                 listens on 127.0.0.1:PORT and accepts there;
                                 exit 0 when it does, 1 when the group is gone,
-                                2 on time-out
+                                2 on time-out, 3 as soon as LOG says the port
+                                could not be bound (the emulator's JVM lives on
+                                after its BindException)
   wait-accept HOST:PORT SECS    wait until HOST:PORT accepts TCP connections
   check JUNIT_XML [options]     compare a pytest JUnit report with the expected
                                 outcome, print every test and a summary; exit 0
@@ -20,6 +23,7 @@ server's own process group counts.
 
 import argparse
 import os
+import re
 import socket
 import sys
 import time
@@ -89,9 +93,24 @@ def accepts(host, port):
         return False
 
 
-def wait_listen(pgid, port, seconds):
+BIND_FAILURE = re.compile(r"address already in use|BindException|cannot listen on|failed to bind", re.I)
+
+
+def bind_failed(log):
+    if not log:
+        return False
+    try:
+        with open(log, errors="replace") as f:
+            return bool(BIND_FAILURE.search(f.read()))
+    except OSError:
+        return False
+
+
+def wait_listen(pgid, port, seconds, log=None):
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
+        if bind_failed(log):
+            return 3
         pids = group_pids(pgid)
         if not pids:
             return 1
@@ -125,6 +144,8 @@ def junit_results(path, module):
     results = {}
     for case in ET.parse(path).iter("testcase"):
         classname, name = case.get("classname", ""), case.get("name", "")
+        if not name:  # what pytest writes for an interrupted run
+            continue
         rest = classname[len(prefix) :].lstrip(".") if classname.startswith(prefix) else classname
         test_id = "::".join([module] + ([rest] if rest else []) + [name])
         outcome, message = "passed", ""
@@ -215,6 +236,7 @@ def main():
     p.add_argument("pgid", type=int)
     p.add_argument("port", type=int)
     p.add_argument("seconds", type=float)
+    p.add_argument("log", nargs="?")
     p = sub.add_parser("wait-accept")
     p.add_argument("addr")
     p.add_argument("seconds", type=float)
@@ -232,7 +254,7 @@ def main():
         print(free_port())
         return 0
     if args.cmd == "wait-listen":
-        return wait_listen(args.pgid, args.port, args.seconds)
+        return wait_listen(args.pgid, args.port, args.seconds, args.log)
     if args.cmd == "wait-accept":
         return wait_accept(args.addr, args.seconds)
     return check(args)

@@ -137,6 +137,7 @@ started=$(date +%s)
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/pubsub-systests.XXXXXX")
 server_pgid=""
 server_kind=""
+pytest_pid=""
 
 stop_server() {
   [ -n "$server_pgid" ] || return 0
@@ -162,6 +163,12 @@ stop_server() {
 cleanup() {
   local status=$?
   trap - EXIT INT TERM
+  if [ -n "$pytest_pid" ]; then
+    # timeout passes the TERM on to pytest.
+    kill -TERM "$pytest_pid" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$pytest_pid" 2>/dev/null || break; sleep 0.2; done
+    kill -KILL "$pytest_pid" 2>/dev/null || true
+  fi
   stop_server
   if [ "$keep" = 1 ]; then
     say "kept $tmp"
@@ -190,9 +197,9 @@ start_group() {
 # nothing and the log says the port was taken (try other ports); else fails.
 await_server() {
   local port=$1 log=$2 seconds=$3 rc=0
-  python3 "$helper" wait-listen "$server_pgid" "$port" "$seconds" || rc=$?
+  python3 "$helper" wait-listen "$server_pgid" "$port" "$seconds" "$log" || rc=$?
   [ "$rc" = 0 ] && return 0
-  if grep -q -i -E "address already in use|BindException|cannot listen on|failed to bind" "$log"; then
+  if [ "$rc" = 3 ]; then
     say "port $port was taken before the server bound it; trying other ports"
     stop_server
     return 1
@@ -292,7 +299,7 @@ fi
 # 5. pytest.
 keyword="not rest"
 [ -z "$only" ] || keyword="not rest and ($only)"
-pytest_args=(-m pytest "$MODULE" -k "$keyword" -v -rfEs --tb=short
+pytest_args=("$MODULE" -k "$keyword" -v -rfEs --tb=short
   -p no:cacheprovider --timeout "$PER_TEST_TIMEOUT"
   -o junit_family=xunit2 --junitxml "$tmp/junit.xml")
 [ "$flaky" = 1 ] || pytest_args+=(-p no:flaky)
@@ -302,6 +309,10 @@ host=${addr%:*}
 host=${host#[}
 host=${host%]}
 no_proxy_list="127.0.0.1,localhost,::1,$host${no_proxy:+,$no_proxy}"
+# pytest runs in the background so that a signal to this script is handled
+# at once (bash runs traps only between foreground commands). A background
+# command starts with SIGINT ignored; the wrapper restores Python's handler so
+# that timeout's SIGINT stops pytest the way Ctrl-C does (report written).
 pytest_status=0
 (
   cd "$tmp/run"
@@ -309,8 +320,14 @@ pytest_status=0
   export PUBSUB_EMULATOR_HOST="$addr" GOOGLE_CLOUD_PROJECT="$PROJECT" \
     GOOGLE_APPLICATION_CREDENTIALS="$tmp/fake-credentials.json" \
     no_proxy="$no_proxy_list" NO_PROXY="$no_proxy_list" PYTHONDONTWRITEBYTECODE=1
-  timeout --foreground -s INT -k 30 "$TOTAL_TIMEOUT" "$tmp/venv/bin/python" "${pytest_args[@]}"
-) || pytest_status=$?
+  exec timeout --foreground -s INT -k 30 "$TOTAL_TIMEOUT" "$tmp/venv/bin/python" -c \
+    'import signal, sys, pytest
+signal.signal(signal.SIGINT, signal.default_int_handler)
+sys.exit(pytest.main(sys.argv[1:]))' "${pytest_args[@]}"
+) &
+pytest_pid=$!
+wait "$pytest_pid" || pytest_status=$?
+pytest_pid=""
 case "$pytest_status" in
   0|1) ;;
   124) say "pytest was stopped after $TOTAL_TIMEOUT s" ;;
