@@ -186,6 +186,7 @@ trap 'exit 143' TERM
 start_group() {
   local log=$1; shift
   rm -f "$tmp/leader.pid"
+  # shellcheck disable=SC2016 # $$, $0 and $@ are the inner shell's
   setsid bash -c 'echo $$ >"$0.tmp" && mv "$0.tmp" "$0" && exec "$@"' "$tmp/leader.pid" "$@" \
     >"$log" 2>&1 </dev/null &
   for _ in $(seq 100); do [ -s "$tmp/leader.pid" ] && break; sleep 0.05; done
@@ -251,8 +252,9 @@ say "downloading the google-cloud-pubsub $PUBSUB_VERSION sdist"
 python3 -m pip download -q --disable-pip-version-check --no-deps --no-binary :all: \
   -d "$tmp/sdist" "google-cloud-pubsub==$PUBSUB_VERSION" \
   || fail "pip download of google-cloud-pubsub==$PUBSUB_VERSION failed"
-sdist=$(ls "$tmp"/sdist/google[-_]cloud[-_]pubsub-"$PUBSUB_VERSION".tar.gz 2>/dev/null | head -1)
-[ -n "$sdist" ] || fail "no sdist in $tmp/sdist"
+sdists=("$tmp"/sdist/google[-_]cloud[-_]pubsub-"$PUBSUB_VERSION".tar.gz)
+sdist=${sdists[0]}
+[ -f "$sdist" ] || fail "no sdist in $tmp/sdist"
 mkdir -p "$tmp/run/tests"
 tar -xzf "$sdist" -C "$tmp/sdist" --wildcards "*/$MODULE"
 cp "$tmp"/sdist/*/"$MODULE" "$tmp/run/$MODULE"
