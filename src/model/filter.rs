@@ -545,6 +545,7 @@ fn is_lower_case_operator(word: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn attrs(pairs: &[(&str, &str)]) -> HashMap<String, String> {
         pairs
@@ -1104,5 +1105,169 @@ mod tests {
         assert_eq!(filter, Filter::parse(text).unwrap());
         assert_eq!(filter.clone(), filter);
         assert_ne!(filter, Filter::parse("attributes:a").unwrap());
+    }
+
+    // Random filters: an expression tree, its text, and the tree parsed back.
+
+    fn any_key() -> impl Strategy<Value = String> {
+        prop_oneof![
+            "[a-z0-9_-]{1,4}",
+            prop::sample::select(vec!["a", "b", "my key", "é", "q\"\\", "", "\n", "AND"])
+                .prop_map(str::to_owned),
+        ]
+    }
+
+    fn any_value() -> impl Strategy<Value = String> {
+        prop::sample::select(vec!["", "v", "va", "x", "\"", "\\", "é", "\t"])
+            .prop_map(str::to_owned)
+    }
+
+    fn any_expr() -> impl Strategy<Value = Expr> {
+        let leaf = prop_oneof![
+            any_key().prop_map(Expr::Has),
+            (any_key(), any_value()).prop_map(|(key, value)| Expr::Equals { key, value }),
+            (any_key(), any_value()).prop_map(|(key, prefix)| Expr::HasPrefix { key, prefix }),
+        ];
+        leaf.prop_recursive(3, 12, 3, |inner| {
+            prop_oneof![
+                inner.clone().prop_map(|e| Expr::Not(Box::new(e))),
+                prop::collection::vec(inner.clone(), 2..4).prop_map(Expr::And),
+                prop::collection::vec(inner, 2..4).prop_map(Expr::Or),
+            ]
+        })
+    }
+
+    fn any_attributes() -> impl Strategy<Value = HashMap<String, String>> {
+        prop::collection::hash_map(any_key(), any_value(), 0..4)
+    }
+
+    fn quoted(text: &str) -> String {
+        let mut out = String::from("\"");
+        for c in text.chars() {
+            match c {
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                c if c.is_control() => out.push_str(&format!("\\u{:04x}", u32::from(c))),
+                c => out.push(c),
+            }
+        }
+        out.push('"');
+        out
+    }
+
+    fn key_text(key: &str) -> String {
+        let bare = !key.is_empty()
+            && key
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        if bare { key.to_owned() } else { quoted(key) }
+    }
+
+    /// Every child in parentheses, so the text means exactly the tree.
+    fn render(expr: &Expr, flip: bool) -> String {
+        let join = |terms: &[Expr], op: &str| {
+            terms
+                .iter()
+                .map(|t| format!("({})", render(t, !flip)))
+                .collect::<Vec<_>>()
+                .join(op)
+        };
+        match expr {
+            Expr::Has(key) => format!("attributes:{}", key_text(key)),
+            Expr::Equals { key, value } => {
+                format!("attributes.{} = {}", key_text(key), quoted(value))
+            }
+            Expr::HasPrefix { key, prefix } => {
+                format!(
+                    "hasPrefix(attributes.{}, {})",
+                    key_text(key),
+                    quoted(prefix)
+                )
+            }
+            Expr::Not(inner) if flip => format!("-({})", render(inner, !flip)),
+            Expr::Not(inner) => format!("NOT ({})", render(inner, !flip)),
+            Expr::And(terms) => join(terms, " AND "),
+            Expr::Or(terms) => join(terms, " OR "),
+        }
+    }
+
+    const TOKENS: &[&str] = &[
+        "attributes",
+        ".",
+        ":",
+        "k",
+        "my-key",
+        "\"v\"",
+        "\"",
+        "\\",
+        "\\u",
+        "\\x4",
+        "=",
+        "!=",
+        "!",
+        "AND",
+        "OR",
+        "NOT",
+        "and",
+        "-",
+        "(",
+        ")",
+        " ",
+        "\t",
+        "hasPrefix",
+        "hasPrefix(",
+        ",",
+        "é",
+        "\u{0}",
+        "'",
+        "\\U0010FFFF",
+        "\\377",
+    ];
+
+    proptest! {
+        #[test]
+        fn a_rendered_tree_parses_back_to_itself(
+            expr in any_expr(),
+            flip in any::<bool>(),
+            attributes in any_attributes(),
+        ) {
+            let text = render(&expr, flip);
+            prop_assume!(text.len() <= MAX_BYTES);
+            let filter = Filter::parse(&text).map_err(|r| TestCaseError::fail(format!("{text}: {r}")))?;
+            prop_assert_eq!(&filter, &Filter { expr: Some(expr.clone()) }, "{}", text);
+            prop_assert_eq!(filter.matches(&attributes), expr.matches(&attributes));
+        }
+
+        #[test]
+        fn any_text_parses_or_is_refused_without_panicking(
+            text in ".{0,200}",
+            attributes in any_attributes(),
+        ) {
+            if let Ok(filter) = Filter::parse(&text) {
+                prop_assert!(text.len() <= MAX_BYTES);
+                let _ = filter.matches(&attributes);
+            }
+        }
+
+        #[test]
+        fn any_bytes_parse_or_are_refused_without_panicking(
+            bytes in prop::collection::vec(any::<u8>(), 0..300),
+        ) {
+            let _ = Filter::parse(&String::from_utf8_lossy(&bytes));
+        }
+
+        #[test]
+        fn any_soup_of_tokens_parses_or_is_refused_without_panicking(
+            tokens in prop::collection::vec(prop::sample::select(TOKENS), 0..40),
+            attributes in any_attributes(),
+        ) {
+            let text = tokens.concat();
+            match Filter::parse(&text) {
+                Ok(filter) => {
+                    let _ = filter.matches(&attributes);
+                }
+                Err(reason) => prop_assert!(!reason.is_empty()),
+            }
+        }
     }
 }
