@@ -5,6 +5,7 @@
 
 mod api_record;
 mod dead_letter;
+mod filter;
 mod lease;
 mod message;
 mod pattern;
@@ -13,6 +14,7 @@ mod topic;
 
 pub use api_record::PubSubRecord;
 pub use dead_letter::{DeadLetter, DeadLetterPage, DeadLetterReason};
+pub use filter::Filter;
 pub use lease::{AckConfirmation, BatchTimer, Lease};
 pub use message::{
     Due, Entry, NewMessage, PublishBatch, Published, Rescheduled, entry_id_after, entry_id_before,
