@@ -180,12 +180,13 @@ async fn subscriptions_are_created_read_listed_updated_and_deleted() {
         start: pb::StartPosition::Earliest.into(),
         message_ordering: Some(false),
         max_blocked: None,
+        filter: String::new(),
     };
     let created = admin
         .create_subscription(pb::CreateSubscriptionRequest {
             topic: "t".into(),
             name: "s".into(),
-            settings: Some(settings),
+            settings: Some(settings.clone()),
         })
         .await
         .expect("CreateSubscription")
@@ -625,4 +626,63 @@ async fn topic_limits_and_bad_admin_requests_are_rejected_naming_the_field() {
         })
         .await;
     assert_status(result, Code::InvalidArgument, "messages[1].payload");
+}
+
+#[tokio::test]
+async fn a_subscription_filter_delivers_matching_messages_and_is_fixed_at_creation() {
+    let (_redis, server, mut client) = redis_server_and_client().await;
+    let mut admin = server.admin().await;
+    let create = |filter: &str| pb::CreateSubscriptionRequest {
+        topic: "orders".into(),
+        name: "paid".into(),
+        settings: Some(pb::SubscriptionSettings {
+            filter: filter.into(),
+            ..Default::default()
+        }),
+    };
+    let malformed = admin
+        .create_subscription(create("attributes.state = paid"))
+        .await;
+    assert_status(malformed, Code::InvalidArgument, "settings.filter");
+    admin
+        .create_subscription(create(r#"hasPrefix(attributes.state, "paid")"#))
+        .await
+        .expect("a valid filter");
+    let change = admin
+        .update_subscription(pb::UpdateSubscriptionRequest {
+            topic: "orders".into(),
+            name: "paid".into(),
+            settings: Some(pb::SubscriptionSettings {
+                filter: "attributes:state".into(),
+                ..Default::default()
+            }),
+        })
+        .await;
+    assert_status(change, Code::InvalidArgument, "settings.filter");
+
+    let with_state = |payload: &str, state: Option<&str>| pb::PublishMessage {
+        attributes: state
+            .map(|s| [("state".to_owned(), s.to_owned())].into())
+            .unwrap_or_default(),
+        ..message(payload.as_bytes().to_vec())
+    };
+    client
+        .publish(pb::PublishRequest {
+            topic: "orders".into(),
+            messages: vec![
+                with_state("a", Some("paid-card")),
+                with_state("b", Some("open")),
+                with_state("c", None),
+                with_state("d", Some("paid")),
+            ],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mut stream = subscribe(&mut client, "orders", "paid", Sub::default()).await;
+    let got = expect_messages(&mut stream, 2).await;
+    let mut payloads: Vec<_> = payloads_of(&got);
+    payloads.sort();
+    assert_eq!(payloads, ["a", "d"]);
+    assert_no_message_within(&mut stream, Duration::from_millis(500)).await;
 }

@@ -909,3 +909,69 @@ async fn streams_end_unavailable_never_ok_at_shutdown() {
     let status = end.expect_err("an error status, never OK");
     assert_eq!(status.code(), Code::Unavailable, "{status:?}");
 }
+
+#[tokio::test]
+async fn filters_deliver_matching_messages_and_ack_the_others() {
+    let mut ps = pubsub().await;
+    ps.create_topic("regions").await;
+    let malformed = ps
+        .subscriber
+        .create_subscription(ps::Subscription {
+            name: subscription_path("bad-filter"),
+            topic: topic_path("regions"),
+            filter: "attributes.region = europe".into(),
+            ..Default::default()
+        })
+        .await;
+    assert_invalid(malformed, "filter");
+    let filtered = ps::Subscription {
+        filter: r#"attributes.region = "eu" AND NOT attributes:test"#.into(),
+        ..Default::default()
+    };
+    ps.create_subscription("europe", "regions", filtered).await;
+    let tagged = |payload: &str, attributes: &[(&str, &str)]| ps::PubsubMessage {
+        data: payload.as_bytes().to_vec().into(),
+        attributes: attributes
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        ..Default::default()
+    };
+    ps.publish(
+        "regions",
+        vec![
+            tagged("eu-1", &[("region", "eu")]),
+            tagged("us-1", &[("region", "us")]),
+            tagged("eu-test", &[("region", "eu"), ("test", "")]),
+            tagged("none", &[]),
+            tagged("eu-2", &[("region", "eu")]),
+        ],
+    )
+    .await;
+    let (_requests, mut responses) = ps.streaming_pull(open("europe")).await;
+    let got = receive(&mut responses, 2).await;
+    let mut payloads: Vec<String> = got.iter().map(payload).collect();
+    payloads.sort();
+    assert_eq!(payloads, ["eu-1", "eu-2"]);
+    // The others were acked, not left pending, and counted.
+    let stats = ps
+        .server
+        .admin()
+        .await
+        .get_subscription(pb::GetSubscriptionRequest {
+            topic: "demo.regions".into(),
+            name: "demo.europe".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        stats.settings.unwrap().filter,
+        r#"attributes.region = "eu" AND NOT attributes:test"#
+    );
+    let stats = stats.stats.unwrap();
+    assert_eq!((stats.lag, stats.pending), (0, 2), "{stats:?}");
+    let metrics = common::metrics::scrape(ps.server.metrics_addr).await;
+    let labels = [("topic", "demo.regions"), ("subscription", "demo.europe")];
+    assert_eq!(metrics.value("redq_messages_filtered_total", &labels), 3.0);
+}

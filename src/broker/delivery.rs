@@ -2,15 +2,16 @@
 //! may hold, send it, then sleep until something can change that.
 
 use super::Broker;
-use super::ack_id;
+use super::ack_id::{self, AckId};
 use super::budget::{Reservation, StreamBudget};
+use super::handoff::Carry;
 use super::handoff::{FetchRequest, Offer};
 use super::list::WaiterHandle;
 use super::open_batches::OpenBatches;
 use super::wakeups::{ConsumerWake, RECHECK, TopicWatch};
 use crate::error::{Error, Result};
 use crate::metrics::SubscriptionMetrics;
-use crate::model::{Entry, GroupStart, Lease, Pattern, RetryPolicy};
+use crate::model::{Entry, Filter, GroupStart, Lease, Pattern, RetryPolicy};
 use crate::store::TopicKeys;
 use crate::store::leases::{ConsumerSpec, Fetched};
 use std::collections::VecDeque;
@@ -239,6 +240,8 @@ pub(super) struct DeliveryLoop {
     pub keys: TopicKeys,
     /// On a LIST topic: told when this stream waits for new elements.
     pub list_waiter: Option<WaiterHandle>,
+    /// The subscription's filter: what it does not match is acked unsent.
+    pub filter: Option<Filter>,
 }
 
 /// What one stream keeps from one fetch to the next.
@@ -411,6 +414,47 @@ impl DeliveryLoop {
     /// Step 4: takes in a fetch: passes the topic's turn on, opens its batch
     /// timer, sends what is due and holds what was promoted early. Says
     /// whether to fetch again at once or wait; None when the stream is over.
+    /// Acks the deliveries whose attributes the subscription's filter does
+    /// not match, and keeps the others. An ack that fails leaves them to be
+    /// redelivered, and filtered again, when their lease ends.
+    async fn skip_unmatched(
+        &self,
+        filter: &Filter,
+        deliveries: Vec<(Entry, u32)>,
+        metrics: &SubscriptionMetrics,
+    ) -> Vec<(Entry, u32)> {
+        let (matched, unmatched): (Vec<_>, Vec<_>) = deliveries
+            .into_iter()
+            .partition(|(entry, _)| filter.matches(&entry.attributes));
+        if unmatched.is_empty() {
+            return matched;
+        }
+        let names = (
+            self.options.topic.as_str(),
+            self.options.subscription.as_str(),
+        );
+        let ack_ids: Vec<AckId> = unmatched
+            .iter()
+            .filter_map(|(entry, attempt)| {
+                let lease = Lease {
+                    entry_id: entry.id.clone(),
+                    consumer: self.consumer.clone(),
+                    attempt: *attempt,
+                };
+                ack_id::parse(&ack_id::encode(&lease, names.0, names.1))
+            })
+            .collect();
+        match self
+            .broker
+            .ack(names, &ack_ids, Vec::new(), Carry::Nothing)
+            .await
+        {
+            Ok(()) => metrics.filtered(ack_ids.len() as u64),
+            Err(err) => tracing::warn!(error = ?err, "filtered-out messages not acked"),
+        }
+        matched
+    }
+
     async fn take_in(
         &self,
         stream: &mut StreamState,
@@ -437,6 +481,12 @@ impl DeliveryLoop {
             ms: fetched.now_ms,
             at: received,
         };
+        if let Some(filter) = &self.filter {
+            let deliveries = std::mem::take(&mut fetched.deliveries);
+            fetched.deliveries = self
+                .skip_unmatched(filter, deliveries, &stream.metrics)
+                .await;
+        }
         let fetched_bytes = wire_bytes(&fetched.deliveries);
         let mut reserved = self.control.budget.reserve(fetched_bytes);
         let ready = stream

@@ -30,7 +30,7 @@ pub use kinds::{check_settings_for_kind, not_for_kind};
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::model::{
-    BatchTimer, DEFAULT_MAX_BLOCKED, DeadLetterPage, Due, Lease, NewMessage, PublishBatch,
+    BatchTimer, DEFAULT_MAX_BLOCKED, DeadLetterPage, Due, Filter, Lease, NewMessage, PublishBatch,
     Published, Rescheduled, SubscriptionSettings, TopicKind, TopicSettings, parse_entry_id,
 };
 use crate::store::leases::{AckRequest, Acked, Ended};
@@ -352,6 +352,7 @@ impl Broker {
             dead_lettering: true,
             message_ordering: options.message_ordering,
             max_blocked: DEFAULT_MAX_BLOCKED,
+            filter: String::new(),
         };
         self.store
             .ensure_subscription(&keys, &options.subscription, options.start, &defaults)
@@ -379,6 +380,12 @@ impl Broker {
         {
             tracing::debug!(error = ?err, "could not prune idle consumers");
         }
+        let filter = match stored.filter.as_str() {
+            "" => None,
+            text => Some(Filter::parse(text).map_err(|reason| {
+                Error::Corrupt(format!("the subscription's filter: {reason}"))
+            })?),
+        };
         let (sender, receiver) = mpsc::channel(STREAM_BUFFER);
         let consumer = unique_consumer_name(&options.consumer);
         let control = self.flow_control(&options, &consumer);
@@ -394,6 +401,7 @@ impl Broker {
                 unsent: Arc::default(),
                 keys,
                 list_waiter,
+                filter,
             }
             .run(),
         );

@@ -195,7 +195,7 @@ fn stats_text(topic: &pb::Topic, subscriptions: &[pb::Subscription]) -> String {
             stats.acked_count.to_string(),
             stats.consumers.len().to_string(),
         ]);
-        let settings = subscription.settings.unwrap_or_default();
+        let settings = subscription.settings.clone().unwrap_or_default();
         if settings.message_ordering == Some(true) {
             ordered.row(vec![
                 name.clone(),

@@ -100,6 +100,7 @@ struct Inner {
     ack_ids_ignored: Family<SubscriptionLabels, Counter>,
     nacked: Family<SubscriptionLabels, Counter>,
     dead_lettered: Family<SubscriptionLabels, Counter>,
+    filtered: Family<SubscriptionLabels, Counter>,
     fetches_carried: Family<CarriedLabels, Counter>,
     acks_rode: Counter,
     publish_duration: Family<RpcLabels, Histogram>,
@@ -144,6 +145,7 @@ impl Metrics {
             ack_ids_ignored: Family::default(),
             nacked: Family::default(),
             dead_lettered: Family::default(),
+            filtered: Family::default(),
             fetches_carried: Family::default(),
             acks_rode: Counter::default(),
             publish_duration,
@@ -224,6 +226,11 @@ impl Metrics {
             "redq_messages_dead_lettered",
             "Messages moved to the dead letters after their last attempt (nacked or deadline exceeded)",
             inner.dead_lettered.clone(),
+        );
+        r.register(
+            "redq_messages_filtered",
+            "Messages a subscription's filter did not match: acked without being delivered",
+            inner.filtered.clone(),
         );
         r.register(
             "redq_fetches_carried",
@@ -444,6 +451,7 @@ impl Metrics {
             delivered: inner.delivered.get_or_create_owned(&labels),
             redelivered: inner.redelivered.get_or_create_owned(&labels),
             dead_lettered: inner.dead_lettered.get_or_create_owned(&labels),
+            filtered: inner.filtered.get_or_create_owned(&labels),
             lateness: inner.lateness.clone(),
         }
     }
@@ -584,6 +592,7 @@ pub struct SubscriptionMetrics {
     delivered: Counter,
     redelivered: Counter,
     dead_lettered: Counter,
+    filtered: Counter,
     lateness: Histogram,
 }
 
@@ -604,6 +613,11 @@ impl SubscriptionMetrics {
         if count > 0 {
             self.dead_lettered.inc_by(count);
         }
+    }
+
+    /// Messages the subscription's filter did not match, acked unsent.
+    pub fn filtered(&self, count: u64) {
+        self.filtered.inc_by(count);
     }
 }
 

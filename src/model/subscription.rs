@@ -13,7 +13,7 @@ pub enum GroupStart {
 }
 
 /// A subscription's settings as stored.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SubscriptionSettings {
     /// Ack deadline of streams that ask for none; None: the server default.
     pub ack_deadline: Option<Duration>,
@@ -24,6 +24,9 @@ pub struct SubscriptionSettings {
     /// Ordered subscriptions: the most entries waiting for their key before
     /// the subscription stops reading new entries.
     pub max_blocked: u64,
+    /// A Pub/Sub filter on attributes (see `Filter`), checked when the
+    /// subscription was created; empty for none. Fixed at creation.
+    pub filter: String,
 }
 
 /// Blocked entries an ordered subscription holds at most, unless it says otherwise.

@@ -47,6 +47,7 @@ impl Store {
             .arg(u8::from(settings.dead_lettering))
             .arg(u8::from(settings.message_ordering))
             .arg(settings.max_blocked)
+            .arg(&settings.filter)
             .invoke_async(&mut conn)
             .await?;
         Ok(created == 1)
@@ -78,12 +79,13 @@ impl Store {
         subscription: &str,
     ) -> Result<Option<SubscriptionSettings>> {
         let mut conn = self.connection().await?;
-        let values: Vec<Option<u64>> = redis::cmd("HMGET")
+        let mut values: Vec<Option<String>> = redis::cmd("HMGET")
             .arg(keys.subscription(subscription))
-            .arg(&["ack", "bmin", "bmax", "max", "dlq", "ord", "mblk"])
+            .arg(&["ack", "bmin", "bmax", "max", "dlq", "ord", "mblk", "flt"])
             .query_async(&mut conn)
             .await?;
-        let get = |i: usize| values.get(i).copied().flatten();
+        let filter = values.pop().flatten().unwrap_or_default();
+        let get = |i: usize| -> Option<u64> { values.get(i)?.as_deref()?.parse().ok() };
         let (Some(bmin), Some(bmax)) = (get(1), get(2)) else {
             return Ok(None);
         };
@@ -97,6 +99,7 @@ impl Store {
             dead_lettering: get(4) != Some(0),
             message_ordering: get(5) == Some(1),
             max_blocked: get(6).unwrap_or(DEFAULT_MAX_BLOCKED),
+            filter,
         }))
     }
 

@@ -6,7 +6,7 @@ use crate::broker::{SeekTarget, SubscriptionView, TopicView};
 use crate::config::Limits;
 use crate::error::{Error, Result};
 use crate::model::{
-    DEFAULT_MAX_BLOCKED, DeadLetter, DeadLetterReason, GroupStart, RetryPolicy,
+    DEFAULT_MAX_BLOCKED, DeadLetter, DeadLetterReason, Filter, GroupStart, RetryPolicy,
     SubscriptionSettings, SubscriptionUpdate, TopicKind, TopicSettings, is_entry_id,
 };
 use crate::pb;
@@ -216,6 +216,8 @@ pub fn new_subscription(
         Err(_) => return Err(Error::invalid("settings.start", "unknown start position")),
     };
     let message_ordering = settings.message_ordering.unwrap_or(false);
+    let filter = settings.filter.clone();
+    Filter::parse(&filter).map_err(|reason| Error::invalid("settings.filter", reason))?;
     let update = subscription_settings(settings, limits)?;
     let settings = SubscriptionSettings {
         ack_deadline: update.ack_deadline,
@@ -229,6 +231,7 @@ pub fn new_subscription(
         dead_lettering: update.dead_lettering.unwrap_or(true),
         message_ordering,
         max_blocked: update.max_blocked.unwrap_or(DEFAULT_MAX_BLOCKED),
+        filter,
     };
     if settings.retry.minimum_backoff > settings.retry.maximum_backoff {
         return Err(Error::invalid(
@@ -250,6 +253,12 @@ pub fn subscription_update(
             "fixed at the subscription's creation",
         ));
     }
+    if !settings.filter.is_empty() {
+        return Err(Error::invalid(
+            "settings.filter",
+            "fixed at the subscription's creation",
+        ));
+    }
     subscription_settings(settings, limits)
 }
 
@@ -265,6 +274,7 @@ fn subscription_settings(
         dead_lettering,
         start: _,            // only at creation, see new_subscription
         message_ordering: _, // likewise
+        filter: _,           // likewise
         max_blocked,
     } = settings;
     if max_blocked == Some(0) {
@@ -314,6 +324,7 @@ pub fn subscription_pb(view: SubscriptionView) -> pb::Subscription {
             start: pb::StartPosition::Unspecified.into(),
             message_ordering: Some(settings.message_ordering),
             max_blocked: settings.message_ordering.then_some(settings.max_blocked),
+            filter: settings.filter,
         }),
         stats: Some(pb::SubscriptionStats {
             pending: stats.pending,

@@ -344,6 +344,7 @@ pub fn subscription_settings(record: &ps::Subscription) -> SubscriptionSettings 
         dead_lettering: record.dead_letter_policy.is_some(),
         message_ordering: record.enable_message_ordering,
         max_blocked: DEFAULT_MAX_BLOCKED,
+        filter: record.filter.clone(),
     }
 }
 

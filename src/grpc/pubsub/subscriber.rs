@@ -10,7 +10,7 @@ use crate::auth::{Action, Resource};
 use crate::broker::ack_id::{self, AckId};
 use crate::broker::{Carry, SubscribeOptions};
 use crate::error::Error;
-use crate::model::{GroupStart, PubSubRecord, SubscriptionUpdate};
+use crate::model::{Filter, GroupStart, PubSubRecord, SubscriptionUpdate};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -121,7 +121,8 @@ fn ack_outcome(failed: Vec<String>, exactly_once: bool) -> Result<Response<Empty
     ))
 }
 
-/// Refuses what redq does not do: push, export subscriptions, filters.
+/// Refuses what redq does not do (push and export subscriptions) and
+/// malformed filters.
 fn check_supported(record: &ps::Subscription) -> Result<(), Status> {
     if record
         .push_config
@@ -140,9 +141,7 @@ fn check_supported(record: &ps::Subscription) -> Result<(), Status> {
             "BigQuery, Cloud Storage and Bigtable subscriptions are not supported",
         ));
     }
-    if !record.filter.is_empty() {
-        return Err(Status::unimplemented("filters are not supported yet"));
-    }
+    Filter::parse(&record.filter).map_err(|reason| Error::invalid("filter", reason))?;
     Ok(())
 }
 

@@ -127,7 +127,7 @@ class DeleteTopicResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class SubscriptionSettings(_message.Message):
-    __slots__ = ("ack_deadline", "retry_policy", "max_delivery_attempts", "dead_lettering", "start", "message_ordering", "max_blocked")
+    __slots__ = ("ack_deadline", "retry_policy", "max_delivery_attempts", "dead_lettering", "start", "message_ordering", "max_blocked", "filter")
     ACK_DEADLINE_FIELD_NUMBER: _ClassVar[int]
     RETRY_POLICY_FIELD_NUMBER: _ClassVar[int]
     MAX_DELIVERY_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
@@ -135,6 +135,7 @@ class SubscriptionSettings(_message.Message):
     START_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_ORDERING_FIELD_NUMBER: _ClassVar[int]
     MAX_BLOCKED_FIELD_NUMBER: _ClassVar[int]
+    FILTER_FIELD_NUMBER: _ClassVar[int]
     ack_deadline: _duration_pb2.Duration
     retry_policy: _queue_pb2.RetryPolicy
     max_delivery_attempts: int
@@ -142,7 +143,8 @@ class SubscriptionSettings(_message.Message):
     start: _queue_pb2.StartPosition
     message_ordering: bool
     max_blocked: int
-    def __init__(self, ack_deadline: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., retry_policy: _Optional[_Union[_queue_pb2.RetryPolicy, _Mapping]] = ..., max_delivery_attempts: _Optional[int] = ..., dead_lettering: _Optional[bool] = ..., start: _Optional[_Union[_queue_pb2.StartPosition, str]] = ..., message_ordering: _Optional[bool] = ..., max_blocked: _Optional[int] = ...) -> None: ...
+    filter: str
+    def __init__(self, ack_deadline: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., retry_policy: _Optional[_Union[_queue_pb2.RetryPolicy, _Mapping]] = ..., max_delivery_attempts: _Optional[int] = ..., dead_lettering: _Optional[bool] = ..., start: _Optional[_Union[_queue_pb2.StartPosition, str]] = ..., message_ordering: _Optional[bool] = ..., max_blocked: _Optional[int] = ..., filter: _Optional[str] = ...) -> None: ...
 
 class ConsumerStats(_message.Message):
     __slots__ = ("name", "pending", "idle")
