@@ -975,3 +975,48 @@ async fn filters_deliver_matching_messages_and_ack_the_others() {
     let labels = [("topic", "demo.regions"), ("subscription", "demo.europe")];
     assert_eq!(metrics.value("redq_messages_filtered_total", &labels), 3.0);
 }
+
+/// The RPC table of docs/pubsub.md: (`Service/Method`, served).
+fn documented_rpcs() -> Vec<(String, bool)> {
+    let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/pubsub.md"))
+        .expect("docs/pubsub.md");
+    let table = page.split("\n## RPCs\n").nth(1).expect("an RPCs section");
+    table
+        .lines()
+        .skip_while(|line| !line.starts_with("| `"))
+        .take_while(|line| line.starts_with('|'))
+        .map(|line| {
+            let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+            let rpc = cells[1].trim_matches('`').to_owned();
+            let served = match cells[2] {
+                "served" => true,
+                "UNIMPLEMENTED" => false,
+                other => panic!("docs/pubsub.md: {rpc} is {other:?}"),
+            };
+            (rpc, served)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn the_documented_rpc_table_is_what_the_server_serves() {
+    let ps = pubsub().await;
+    let rpcs = documented_rpcs();
+    assert!(rpcs.len() > 25, "{rpcs:?}");
+    for (rpc, served) in rpcs {
+        let package = if rpc.starts_with("iam.") { "google" } else { "google.pubsub.v1" };
+        let path = format!("/{package}.{rpc}");
+        let mut grpc = tonic::client::Grpc::new(ps.server.channel().await);
+        grpc.ready().await.unwrap();
+        // An empty request: a served RPC refuses it (no names), never as UNIMPLEMENTED.
+        let answer = grpc
+            .unary(
+                Request::new(()),
+                tonic::codegen::http::uri::PathAndQuery::try_from(path.as_str()).unwrap(),
+                tonic_prost::ProstCodec::<(), ()>::default(),
+            )
+            .await;
+        let code = answer.map_or_else(|status| status.code(), |_| Code::Ok);
+        assert_eq!(code != Code::Unimplemented, served, "{path}: {code:?}");
+    }
+}
