@@ -1004,7 +1004,11 @@ async fn the_documented_rpc_table_is_what_the_server_serves() {
     let rpcs = documented_rpcs();
     assert!(rpcs.len() > 25, "{rpcs:?}");
     for (rpc, served) in rpcs {
-        let package = if rpc.starts_with("iam.") { "google" } else { "google.pubsub.v1" };
+        let package = if rpc.starts_with("iam.") {
+            "google"
+        } else {
+            "google.pubsub.v1"
+        };
         let path = format!("/{package}.{rpc}");
         let mut grpc = tonic::client::Grpc::new(ps.server.channel().await);
         grpc.ready().await.unwrap();
@@ -1019,4 +1023,55 @@ async fn the_documented_rpc_table_is_what_the_server_serves() {
         let code = answer.map_or_else(|status| status.code(), |_| Code::Ok);
         assert_eq!(code != Code::Unimplemented, served, "{path}: {code:?}");
     }
+}
+
+#[tokio::test]
+async fn a_stream_reconnecting_with_its_client_id_keeps_its_leases_and_room() {
+    let mut ps = pubsub().await;
+    ps.create_topic("work").await;
+    ps.create_subscription("workers", "work", Default::default())
+        .await;
+    ps.publish("work", vec![data("1"), data("2"), data("3")])
+        .await;
+    let with_client = |client_id: &str| ps::StreamingPullRequest {
+        client_id: client_id.into(),
+        max_outstanding_messages: 2,
+        ..open("workers")
+    };
+    let (requests, mut first) = ps.streaming_pull(with_client("client-a")).await;
+    let held = receive(&mut first, 2).await;
+    drop(requests);
+    let ended = tokio::time::timeout(EVENTUALLY, async {
+        loop {
+            match first.message().await {
+                Ok(Some(_)) => continue,
+                other => return other,
+            }
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "the first stream ends");
+
+    // Same client id: the two leases it still holds fill its room.
+    let (_again, mut second) = ps.streaming_pull(with_client("client-a")).await;
+    let early = tokio::time::timeout(Duration::from_millis(1500), async {
+        loop {
+            let response = second.message().await.unwrap().unwrap();
+            if !response.received_messages.is_empty() {
+                return response;
+            }
+        }
+    })
+    .await;
+    assert!(early.is_err(), "no room until its leases end: {early:?}");
+    // Its ack ids still work, and free the room.
+    ps.subscriber
+        .acknowledge(ps::AcknowledgeRequest {
+            subscription: subscription_path("workers"),
+            ack_ids: held.iter().map(|m| m.ack_id.clone()).collect(),
+        })
+        .await
+        .unwrap();
+    let third = receive(&mut second, 1).await;
+    assert_eq!(payload(&third[0]), "3");
 }

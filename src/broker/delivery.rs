@@ -44,8 +44,13 @@ pub struct SubscribeOptions {
     /// token's grants); None: all of them.
     pub allowed_topics: Option<TopicFilter>,
     pub subscription: String,
-    /// The client's name for this consumer; may be empty.
+    /// The client's name for this consumer; may be empty. A suffix makes it
+    /// unique, unless `named_consumer`.
     pub consumer: String,
+    /// `consumer` is the consumer's whole name, unique already: a stream
+    /// that takes over a closed stream's consumer (Pub/Sub's `client_id`),
+    /// its leases and its room.
+    pub named_consumer: bool,
     pub max_outstanding: u32,
     /// Bytes of deliveries the server may hold for this stream, fetched but
     /// not yet taken by the client's connection.

@@ -387,7 +387,11 @@ impl Broker {
             })?),
         };
         let (sender, receiver) = mpsc::channel(STREAM_BUFFER);
-        let consumer = unique_consumer_name(&options.consumer);
+        let consumer = if options.named_consumer {
+            options.consumer.clone()
+        } else {
+            unique_consumer_name(&options.consumer)
+        };
         let control = self.flow_control(&options, &consumer);
         tokio::spawn(
             DeliveryLoop {

@@ -586,11 +586,14 @@ impl ConsumerWake {
 
 impl Drop for ConsumerWake {
     fn drop(&mut self) {
-        self.wakeups
-            .inner
-            .consumers
-            .lock()
-            .expect("wakeups lock")
-            .remove(&self.consumer);
+        let mut consumers = self.wakeups.inner.consumers.lock().expect("wakeups lock");
+        // A stream that took over this consumer's name (a Pub/Sub client
+        // reconnecting with its client_id) may have registered it again.
+        let ours = consumers
+            .get(&self.consumer)
+            .is_some_and(|local| Arc::ptr_eq(&local.notify, &self.notify));
+        if ours {
+            consumers.remove(&self.consumer);
+        }
     }
 }

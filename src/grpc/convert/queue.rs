@@ -328,6 +328,7 @@ pub fn subscribe_options(
         allowed_topics: None, // the caller's grants, set by the handler
         subscription,
         consumer,
+        named_consumer: false,
         max_outstanding,
         max_outstanding_bytes,
         ack_deadline,

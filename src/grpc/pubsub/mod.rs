@@ -24,6 +24,7 @@ use crate::broker::Broker;
 use crate::config::Limits;
 use dead_letters::Forwarding;
 use records::SubscriptionCache;
+use streaming_pull::ClientConsumers;
 use tonic::{Request, Status};
 
 pub use googleapis_tonic_google_pubsub_v1::google::pubsub::v1 as ps;
@@ -50,6 +51,7 @@ pub struct PubSubApi {
     authorizer: Authorizer,
     subscriptions: SubscriptionCache,
     forwarding: Forwarding,
+    client_consumers: ClientConsumers,
 }
 
 impl PubSubApi {
@@ -60,6 +62,7 @@ impl PubSubApi {
             authorizer,
             subscriptions: SubscriptionCache::default(),
             forwarding: Forwarding::default(),
+            client_consumers: ClientConsumers::default(),
         }
     }
 

@@ -22,9 +22,11 @@ use crate::error::{Error, Result};
 use crate::grpc::ack_stream::{AckRequests, AckStream};
 use crate::grpc::authorized;
 use crate::model::{AckConfirmation, GroupStart};
-use std::collections::HashSet;
+use sha2::{Digest, Sha256};
+use std::collections::{HashMap, HashSet};
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
@@ -62,12 +64,16 @@ pub async fn serve(
     )?;
     let limits = &api.limits;
     let record = &subscribed.record;
+    let client = api.client_consumers.take(subscription, &first.client_id);
     let options = SubscribeOptions {
         topic: topic.to_owned(),
         pattern: None,
         allowed_topics: None,
         subscription: subscription.to_owned(),
-        consumer: String::new(),
+        consumer: client
+            .as_ref()
+            .map_or_else(String::new, |c| c.consumer.clone()),
+        named_consumer: client.is_some(),
         // Zero or less: no limit of the client's, redq's own then.
         max_outstanding: match first.max_outstanding_messages {
             n if n <= 0 => limits.max_outstanding_limit,
@@ -80,6 +86,9 @@ pub async fn serve(
         message_ordering: record.enable_message_ordering,
     };
     let subscription = api.broker.subscribe(options).await?;
+    if let Some(client) = client {
+        tokio::spawn(client.release_when(subscription.control.stopped()));
+    }
     // Its acks come this way: the stream can tell when a fetch's are all in.
     subscription.control.batches().track();
     let stopped = subscription.control.stopped();
@@ -142,6 +151,75 @@ pub async fn serve(
         names,
         slot,
     ))
+}
+
+/// How long a closed stream's consumer waits for a stream with the same
+/// `client_id`: the longest ack deadline, after which it holds no lease.
+const CLIENT_CONSUMER_TTL: Duration = Duration::from_secs(600);
+
+/// The consumers of the streams that named a `client_id`, by subscription
+/// and client id: a stream that reconnects with the same id takes over its
+/// closed predecessor's consumer, so the leases that stream still holds
+/// count against the new stream's `max_outstanding_messages` (its room), as
+/// Google's service does. Per replica: a stream that reconnects to another
+/// replica, or opens while another stream of the id is open here, gets a
+/// consumer of its own.
+#[derive(Clone, Default)]
+pub struct ClientConsumers(Arc<Mutex<HashMap<(String, String), ClientConsumer>>>);
+
+struct ClientConsumer {
+    consumer: String,
+    /// A stream uses it now.
+    open: bool,
+    closed_at: Instant,
+}
+
+/// A consumer taken for one stream, given back when it closes.
+pub struct TakenConsumer {
+    pub consumer: String,
+    key: (String, String),
+    consumers: ClientConsumers,
+}
+
+impl ClientConsumers {
+    /// The consumer of a stream of `subscription` that named `client_id`;
+    /// None without one, or while another stream of the id is open here.
+    fn take(&self, subscription: &str, client_id: &str) -> Option<TakenConsumer> {
+        if client_id.is_empty() {
+            return None;
+        }
+        let key = (subscription.to_owned(), client_id.to_owned());
+        let mut consumers = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        consumers.retain(|_, c| c.open || c.closed_at.elapsed() < CLIENT_CONSUMER_TTL);
+        let entry = consumers
+            .entry(key.clone())
+            .or_insert_with(|| ClientConsumer {
+                // Ids are the client's: a digest keeps the name short and safe.
+                consumer: format!("client-{}", &hex::encode(Sha256::digest(client_id))[..16]),
+                open: false,
+                closed_at: Instant::now(),
+            });
+        if entry.open {
+            return None;
+        }
+        entry.open = true;
+        Some(TakenConsumer {
+            consumer: entry.consumer.clone(),
+            key,
+            consumers: self.clone(),
+        })
+    }
+}
+
+impl TakenConsumer {
+    async fn release_when(self, closed: impl std::future::Future<Output = ()>) {
+        closed.await;
+        let mut consumers = self.consumers.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(entry) = consumers.get_mut(&self.key) {
+            entry.open = false;
+            entry.closed_at = Instant::now();
+        }
+    }
 }
 
 /// Forwards the subscription's dead letters every [`FORWARD_INTERVAL`]

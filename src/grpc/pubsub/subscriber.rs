@@ -459,6 +459,7 @@ impl Subscriber for PubSubApi {
             allowed_topics: None,
             subscription: subscription.to_owned(),
             consumer: String::new(),
+            named_consumer: false,
             max_outstanding: (max_messages as u32).min(self.limits.max_outstanding_limit),
             max_outstanding_bytes: convert::MAX_RESPONSE_BYTES as u64,
             ack_deadline: None,
