@@ -51,6 +51,17 @@ pub fn new_messages(messages: Vec<ps::PubsubMessage>) -> Result<Vec<NewMessage>>
     }
     let mut total = 0;
     let mut converted = Vec::with_capacity(messages.len());
+    let mut ordering_key: Option<&str> = None;
+    for (i, message) in messages.iter().enumerate() {
+        // As Google's service: the clients batch per ordering key.
+        let key = message.ordering_key.as_str();
+        if !key.is_empty() && *ordering_key.get_or_insert(key) != key {
+            return Err(Error::invalid(
+                format!("messages[{i}].ordering_key"),
+                "the messages of one request have one ordering key",
+            ));
+        }
+    }
     for (i, message) in messages.into_iter().enumerate() {
         let size = message_size(&message);
         check_message(i, &message, size)?;
@@ -415,6 +426,19 @@ mod tests {
         let three_mib = message(&vec![b'x'; 3 * 1024 * 1024], &[]);
         assert!(new_messages(vec![three_mib.clone(); 3]).is_ok());
         assert_eq!(field(new_messages(vec![three_mib; 4])), "messages");
+    }
+
+    #[test]
+    fn a_request_has_one_ordering_key() {
+        let keyed = |key: &str| ps::PubsubMessage {
+            ordering_key: key.into(),
+            ..message(b"x", &[])
+        };
+        assert!(new_messages(vec![keyed("a"), keyed(""), keyed("a")]).is_ok());
+        assert_eq!(
+            field(new_messages(vec![keyed("a"), keyed(""), keyed("b")])),
+            "messages[2].ordering_key"
+        );
     }
 
     #[test]
