@@ -1075,3 +1075,48 @@ async fn a_stream_reconnecting_with_its_client_id_keeps_its_leases_and_room() {
     let third = receive(&mut second, 1).await;
     assert_eq!(payload(&third[0]), "3");
 }
+
+#[tokio::test]
+async fn a_stream_of_a_deleted_subscription_ends_without_internal() {
+    let mut ps = pubsub().await;
+    ps.create_topic("short-lived").await;
+    ps.create_subscription("gone", "short-lived", Default::default())
+        .await;
+    let (_requests, mut responses) = ps.streaming_pull(open("gone")).await;
+    ps.publish("short-lived", vec![data("x")]).await;
+    receive(&mut responses, 1).await;
+    ps.publisher
+        .delete_topic(ps::DeleteTopicRequest {
+            topic: topic_path("short-lived"),
+        })
+        .await
+        .unwrap();
+    ps.subscriber
+        .delete_subscription(ps::DeleteSubscriptionRequest {
+            subscription: subscription_path("gone"),
+        })
+        .await
+        .unwrap();
+    let end = tokio::time::timeout(EVENTUALLY, async {
+        loop {
+            match responses.message().await {
+                Ok(Some(_)) => continue,
+                other => return other,
+            }
+        }
+    })
+    .await
+    .expect("the stream ends");
+    let status = end.expect_err("an error status, never OK");
+    eprintln!("deleted subscription's stream ended with {status:?}");
+    assert!(
+        matches!(status.code(), Code::NotFound | Code::Unavailable),
+        "{status:?}"
+    );
+    // A new stream on it is refused for good.
+    let again = ps
+        .subscriber
+        .streaming_pull(tokio_stream::iter(vec![open("gone")]))
+        .await;
+    assert_eq!(code(again), Code::NotFound);
+}
