@@ -9,8 +9,10 @@
 # $REDQ_BIN dev (default target/release/redq: a private redis-server with AOF,
 # fsync every second, plus the server) on free loopback ports, and runs
 # clients/pubsub/bench/bench.py and bench.mjs against each, one program at a time,
-# redq then the emulator for each language, N rounds. Each program runs three rows
-# with the client's default batching and flow control:
+# redq then the emulator for each language, N rounds, after an untimed round of the
+# --quick sizes (the emulator's JVM is much slower before its JIT has compiled the
+# hot paths; each program also warms up with 2,000 messages). Each program runs
+# three rows with the client's default batching and flow control:
 #
 #   publish   100,000 messages of 100 bytes, every future/promise waited for;
 #   receive   that backlog read and acked with the streaming subscriber;
@@ -22,7 +24,8 @@
 # so >= 1.0 means redq is at least as good) and, from /proc, the CPU each process
 # used during the row. Exits 1 when a server did not start or a row did not complete.
 #
-#   --quick           CI smoke run: 5,000 messages, 3 s of latency, 1 round (< 2 min)
+#   --quick           CI smoke run: 5,000 messages, 3 s of latency, 1 round, no
+#                     warm-up round (< 2 min)
 #   --rounds N        rounds (default 3; 1 with --quick)
 #   --only-redq       run against redq alone
 #   --only-emulator   run against the emulator alone
@@ -68,18 +71,21 @@ while [ $# -gt 0 ]; do
       json=$2
       shift
       ;;
-    -h|--help) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "pubsub-bench: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
 done
 [ ${#languages[@]} -gt 0 ] || languages=(python node)
+quick_sizes=(--count 5000 --seconds 3 --warmup 500)
 if [ "$quick" = 1 ]; then
-  sizes=(--count 5000 --seconds 3 --warmup 500)
+  sizes=("${quick_sizes[@]}")
   rounds=${rounds:-1}
+  first_round=1
 else
   sizes=(--count 100000 --seconds 10 --warmup 2000)
   rounds=${rounds:-3}
+  first_round=0  # round 0: the warm-up round, at the quick sizes, left out of the table
 fi
 # The latest a program may take when a server hangs (each of its waits is bounded
 # too): two throughput rows of at most max(60 s, count / 500 msg/s), the latency
@@ -253,7 +259,9 @@ for server in "${servers[@]}"; do
   say "$server listens on ${address[$server]} ($(server_pids "${group[$server]}"))"
 done
 
-for round in $(seq 1 "$rounds"); do
+for round in $(seq "$first_round" "$rounds"); do
+  round_sizes=("${sizes[@]}")
+  [ "$round" = 0 ] && round_sizes=("${quick_sizes[@]}")
   for language in "${languages[@]}"; do
     for server in "${servers[@]}"; do
       [ -n "${address[$server]:-}" ] || continue
@@ -262,14 +270,19 @@ for round in $(seq 1 "$rounds"); do
         node) program=(node "$root/clients/pubsub/bench/bench.mjs") ;;
       esac
       name="$server-$language-$round"
-      say "round $round of $rounds: $language against $server"
+      [ "$round" = 0 ] && name="warmup-$name"
+      if [ "$round" = 0 ]; then
+        say "warm-up round (${round_sizes[1]} messages, not in the table): $language against $server"
+      else
+        say "round $round of $rounds: $language against $server"
+      fi
       [ "$server" = redq ] && { redis_cli CONFIG RESETSTAT >/dev/null 2>&1 || true; }
       # In the background with `wait`, so that a signal stops everything at once (bash
       # runs traps only after a foreground command ends); setsid so that cleanup can
       # stop the program with its latency subscriber.
       status=0
       PUBSUB_EMULATOR_HOST=${address[$server]} GOOGLE_CLOUD_PROJECT=$project \
-        setsid timeout -k 5 "$program_timeout" "${program[@]}" "${sizes[@]}" \
+        setsid timeout -k 5 "$program_timeout" "${program[@]}" "${round_sizes[@]}" \
         --pids "$(server_pids "${group[$server]}")" \
         > "$work/$name.jsonl" 2> "$work/$name.log" < /dev/null &
       pids+=($!)
@@ -285,8 +298,10 @@ for round in $(seq 1 "$rounds"); do
   done
 done
 
-records=("$work"/*.jsonl)
-[ -e "${records[0]}" ] || { say "no row records"; exit 1; }
+shopt -s nullglob
+records=("$work"/redq-*.jsonl "$work"/emulator-*.jsonl)  # not the warm-up round's
+shopt -u nullglob
+[ ${#records[@]} -gt 0 ] || { say "no row records"; exit 1; }
 echo
 table_status=0
 python3 "$root/clients/pubsub/bench/table.py" "${sizes[@]}" --servers "${servers[*]}" \

@@ -156,11 +156,18 @@ class Resources {
   }
 }
 
-/** Publishes count messages, awaits every promise: { published, failed, secs }. */
+/**
+ * Publishes count messages, awaits every promise: { published, failed, secs, phases };
+ * phases says when, in seconds from the start, the last publishMessage() call returned
+ * and the first promise resolved.
+ */
 async function publishAll(topic, count, budgetMs) {
   const start = seconds();
   const results = [];
+  let first = null;
   for (let i = 0; i < count; i++) results.push(topic.publishMessage({ data: PAYLOAD }));
+  const callsDone = seconds();
+  results[0]?.then(() => { first = seconds(); }, () => {});
   let published = 0;
   let failed = 0;
   const settled = Promise.all(
@@ -172,7 +179,11 @@ async function publishAll(topic, count, budgetMs) {
     log(err.message);
   }
   const secs = seconds() - start;
-  return { published, failed: count - published, secs };
+  const phases = {
+    calls_s: round(callsDone - start, 4),
+    first_confirm_s: first === null ? null : round(first - start, 4),
+  };
+  return { published, failed: count - published, secs, phases };
 }
 
 /** Closes a subscription's streams within a bound (queued acks are flushed first). */
@@ -424,8 +435,8 @@ async function main() {
       // A client of its own: the warm-up's batches and streams are not in its way.
       const client = new PubSub({ projectId: opts.project });
       let before = cpu.snapshot();
-      const { published, failed, secs } = await publishAll(client.topic(name), count, budgetMs);
-      rowRecord('publish', count, published, secs, Cpu.spent(before, cpu.snapshot()), { failed });
+      const { published, failed, secs, phases } = await publishAll(client.topic(name), count, budgetMs);
+      rowRecord('publish', count, published, secs, Cpu.spent(before, cpu.snapshot()), { failed, ...phases });
       log(`publish: ${published} in ${secs.toFixed(2)} s`);
       if (rows.has('receive')) {
         before = cpu.snapshot();

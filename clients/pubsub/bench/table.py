@@ -73,7 +73,9 @@ def notes(row, records):
         return f"publish confirmed p50 {number(m('confirm_p50_ms'), 2)} / p99 {number(m('confirm_p99_ms'), 2)} ms; " \
             f"publisher {number(m('publisher_cpu_s'), 2)} s + subscriber {number(m('subscriber_cpu_s'), 2)} s CPU, " \
             f"{duplicates} duplicates"
-    return f"{sum(r.get('failed') or 0 for r in records)} failed"
+    return f"publish() calls done at {number(m('calls_s'), 2)} s, first confirmed at " \
+        f"{number(m('first_confirm_s'), 2)} s, last at {number(m('seconds'), 2)} s; " \
+        f"{sum(r.get('failed') or 0 for r in records)} failed"
 
 
 def render(rows, numeric):
@@ -147,6 +149,19 @@ def main():
     print(render(table, numeric=set(range(2, len(table[0])))))
     if incomplete:
         print("* incomplete in some round (missing, timed out or short): " + "; ".join(sorted(set(incomplete))))
+    if rounds > 1:
+        print()
+        print("Round by round (each round ran redq, then the emulator, for one client, then the next client):")
+        by_round = [["row", "client", *servers]]
+        for (row, field), title in titles.items():
+            digits = 2 if field.endswith("_ms") else 0
+            for language in languages:
+                cells = [title, language]
+                for server in servers:
+                    records = found.get((server, language, row), [])
+                    cells.append(" / ".join(number(r.get(field), digits) for r in records) or "-")
+                by_round.append(cells)
+        print(render(by_round, numeric=set(range(2, len(by_round[0])))))
 
     print()
     print("CPU during each row, µs per message (median of the rounds; /proc counts in 10 ms ticks),")
