@@ -144,8 +144,9 @@ def main():
                     ratio = b / a if lower_is_better else a / b
                 cells.append(number(ratio, 2))
             table.append(cells)
-    print(f"Medians of {rounds} round(s). ratio: redq/emulator for throughput, "
-          "emulator/redq for latency (>= 1.0: redq at least as good).")
+    print(f"Medians of {rounds} round(s)." + (
+        " ratio: redq/emulator for throughput, emulator/redq for latency (>= 1.0: redq at least as good)."
+        if len(servers) == 2 else ""))
     print(render(table, numeric=set(range(2, len(table[0])))))
     if incomplete:
         print("* incomplete in some round (missing, timed out or short): " + "; ".join(sorted(set(incomplete))))
