@@ -13,7 +13,8 @@ impl Store {
         kind: PubSubRecord,
         id: &str,
     ) -> Result<Option<Vec<u8>>> {
-        let mut conn = self.connection().await?;
+        // On every Publish and ack call: the shared connection, no pool checkout.
+        let mut conn = self.shared();
         Ok(redis::cmd("HGET")
             .arg(keys::pubsub_records(project, kind))
             .arg(id)

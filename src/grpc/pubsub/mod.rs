@@ -23,7 +23,7 @@ use crate::auth::{Action, Authorizer, Caller, Resource};
 use crate::broker::Broker;
 use crate::config::Limits;
 use dead_letters::Forwarding;
-use records::SubscriptionCache;
+use records::{RecordCache, Subscribed};
 use streaming_pull::ClientConsumers;
 use tonic::{Request, Status};
 
@@ -49,7 +49,8 @@ pub struct PubSubApi {
     broker: Broker,
     limits: Limits,
     authorizer: Authorizer,
-    subscriptions: SubscriptionCache,
+    subscriptions: RecordCache<Subscribed>,
+    topics: RecordCache<ps::Topic>,
     forwarding: Forwarding,
     client_consumers: ClientConsumers,
 }
@@ -60,7 +61,8 @@ impl PubSubApi {
             broker,
             limits,
             authorizer,
-            subscriptions: SubscriptionCache::default(),
+            subscriptions: RecordCache::default(),
+            topics: RecordCache::default(),
             forwarding: Forwarding::default(),
             client_consumers: ClientConsumers::default(),
         }

@@ -126,7 +126,7 @@ impl Publisher for PubSubApi {
         let ps::PublishRequest { messages, .. } = request.into_inner();
         self.authorizer.take_publish_rate(&caller, messages.len())?;
         let messages = convert::new_messages(messages)?;
-        self.existing_topic(&name).await?;
+        self.check_topic(&name).await?;
         let batch = PublishBatch {
             dedupe_id: String::new(),
             messages,

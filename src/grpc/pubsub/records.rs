@@ -16,9 +16,9 @@ use std::time::{Duration, Instant};
 /// The topic name Pub/Sub gives a subscription whose topic was deleted.
 pub const DELETED_TOPIC: &str = "_deleted-topic_";
 
-/// How long a replica trusts what it read of a subscription for acks,
-/// deadline changes and pulls; changes made through this replica apply at
-/// once.
+/// How long a replica trusts what it read of a subscription (for acks,
+/// deadline changes and pulls) or that a topic exists (for publishes);
+/// changes made through this replica apply at once.
 const CACHE_TTL: Duration = Duration::from_secs(2);
 
 /// A subscription with where its messages are.
@@ -51,23 +51,34 @@ impl Subscribed {
     }
 }
 
-/// A subscription and when it was read.
-type CacheEntry = (Instant, Arc<Subscribed>);
+/// Records recently read, by name, with when they were read.
+pub struct RecordCache<T>(Arc<Mutex<HashMap<ResourceName, CacheEntry<T>>>>);
 
-/// Subscriptions recently read, by name.
-#[derive(Clone, Default)]
-pub struct SubscriptionCache(Arc<Mutex<HashMap<ResourceName, CacheEntry>>>);
+/// A record and when it was read.
+type CacheEntry<T> = (Instant, Arc<T>);
 
-impl SubscriptionCache {
-    fn get(&self, name: &ResourceName) -> Option<Arc<Subscribed>> {
+impl<T> Clone for RecordCache<T> {
+    fn clone(&self) -> Self {
+        Self(self.0.clone())
+    }
+}
+
+impl<T> Default for RecordCache<T> {
+    fn default() -> Self {
+        Self(Arc::default())
+    }
+}
+
+impl<T> RecordCache<T> {
+    fn get(&self, name: &ResourceName) -> Option<Arc<T>> {
         let cache = self.0.lock().unwrap_or_else(|e| e.into_inner());
         cache
             .get(name)
             .filter(|(read, _)| read.elapsed() < CACHE_TTL)
-            .map(|(_, subscribed)| subscribed.clone())
+            .map(|(_, record)| record.clone())
     }
 
-    fn put(&self, name: &ResourceName, subscribed: Arc<Subscribed>) {
+    fn put(&self, name: &ResourceName, subscribed: Arc<T>) {
         let mut cache = self.0.lock().unwrap_or_else(|e| e.into_inner());
         if cache.len() > 10_000 {
             cache.retain(|_, (read, _)| read.elapsed() < CACHE_TTL);
@@ -99,6 +110,16 @@ impl PubSubApi {
         self.topic_record(name)
             .await?
             .ok_or_else(|| Error::NotFound(format!("topic {}", name.path(Collection::Topics))))
+    }
+
+    /// NOT_FOUND unless the topic exists, as read at most [`CACHE_TTL`] ago:
+    /// asked on every Publish.
+    pub(super) async fn check_topic(&self, name: &ResourceName) -> Result<()> {
+        if self.topics.get(name).is_none() {
+            let topic = self.existing_topic(name).await?;
+            self.topics.put(name, Arc::new(topic));
+        }
+        Ok(())
     }
 
     /// The subscription, or NOT_FOUND.
@@ -162,8 +183,9 @@ impl PubSubApi {
         kind: PubSubRecord,
         name: &ResourceName,
     ) -> Result<bool> {
-        if kind == PubSubRecord::Subscription {
-            self.subscriptions.forget(name);
+        match kind {
+            PubSubRecord::Subscription => self.subscriptions.forget(name),
+            PubSubRecord::Topic => self.topics.forget(name),
         }
         self.broker
             .delete_pubsub_record(&name.project, kind, &name.id)
