@@ -527,6 +527,8 @@ fn topic_settings(settings: pb::TopicSettings, limits: &Limits) -> Result<(), Er
 fn new_subscription(settings: pb::SubscriptionSettings, limits: &Limits) -> Result<(), Error> {
     let (_start, settings) = admin::new_subscription(settings, limits)?;
     assert!(settings.retry.minimum_backoff <= settings.retry.maximum_backoff);
+    // An accepted filter is one the delivery loop can parse again.
+    assert!(redq::model::Filter::parse(&settings.filter).is_ok(), "{:?}", settings.filter);
     if let Some(deadline) = settings.ack_deadline {
         assert!(!deadline.is_zero() && deadline <= limits.max_ack_deadline);
     }
