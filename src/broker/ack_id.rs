@@ -27,6 +27,15 @@ pub struct AckId {
 }
 
 impl AckId {
+    /// The ack id of `lease`, a delivery of `subscription` on `topic`.
+    pub fn issued(lease: Lease, topic: &str, subscription: &str) -> Self {
+        Self {
+            text: encode(&lease, topic, subscription),
+            tag: Some(scope_tag(topic, subscription)),
+            lease,
+        }
+    }
+
     /// Whether this ack id was issued by a stream of `subscription` on `topic`.
     pub fn issued_for(&self, topic: &str, subscription: &str) -> bool {
         self.tag

@@ -440,13 +440,13 @@ impl DeliveryLoop {
         );
         let ack_ids: Vec<AckId> = unmatched
             .iter()
-            .filter_map(|(entry, attempt)| {
+            .map(|(entry, attempt)| {
                 let lease = Lease {
                     entry_id: entry.id.clone(),
                     consumer: self.consumer.clone(),
                     attempt: *attempt,
                 };
-                ack_id::parse(&ack_id::encode(&lease, names.0, names.1))
+                AckId::issued(lease, names.0, names.1)
             })
             .collect();
         match self
