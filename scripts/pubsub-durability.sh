@@ -92,8 +92,26 @@ event() {
 # calc EXPRESSION [FORMAT]: floating-point arithmetic (awk's).
 calc() { awk "BEGIN { printf \"${2:-%g}\", $1 }"; }
 
+# free_port: a loopback port free now, picked below the kernel's ephemeral range. A
+# port the OS picks (bind to port 0) comes from that range, and once its server is
+# killed any outgoing connection on the machine may take it as its local port; the
+# restart on the same port then fails with "Address already in use" (seen in CI).
 free_port() {
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+  python3 -c '
+import random, socket
+low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+for _ in range(1000):
+    port = random.randrange(10000, low)
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+    print(port)
+    break
+else:
+    raise SystemExit("no free port below the ephemeral range")
+'
 }
 
 cli() { timeout 3 redis-cli -p "$@" 2>/dev/null; }
@@ -146,9 +164,9 @@ start_redis_free() {
 # ---------------------------------------------------------------------------
 # redq
 
-# start_redq NAME GRPC_PORT METRICS_PORT: `redq serve` on those ports (0: the OS's
-# choice) and waits (bounded) for its `serving grpc_addr=… metrics_addr=…` line; sets
-# the ports it serves in grpc_port_NAME and metrics_port_NAME. A restart on ports a
+# start_redq NAME GRPC_PORT METRICS_PORT: `redq serve` on those ports; waits (bounded)
+# for its `serving grpc_addr=… metrics_addr=…` line and sets the ports it serves in
+# grpc_port_NAME and metrics_port_NAME. A restart on ports a
 # killed replica just held is tried again if it cannot bind yet.
 start_redq() {
   local name=$1 grpc=$2 metrics=$3 log=$work/$1.log attempt skip line pid i
@@ -301,8 +319,8 @@ run_mode() {
     event "cluster of 3 masters on ports ${ports[*]}; topic $project.$topic and the records of $project on node$node (port $topic_master)"
   fi
 
-  start_redq A 0 0 || return 1
-  start_redq B 0 0 || return 1
+  start_redq A "$(free_port)" "$(free_port)" || return 1
+  start_redq B "$(free_port)" "$(free_port)" || return 1
   event "redq A on 127.0.0.1:$grpc_port_A, B on 127.0.0.1:$grpc_port_B"
 
   client "127.0.0.1:$grpc_port_A" setup "$topic" "$topic-sub" >> "$work/setup.log" 2>&1 \
