@@ -379,6 +379,7 @@ async fn a_batch_timer_named_finished_too_early_stays_until_its_last_entry_is_ac
         group: SUB.into(),
         consumer: "c".into(),
         max_outstanding: 10,
+        max_unacked_bytes: 0,
         lease: Duration::from_millis(500),
         max_message_bytes: 1 << 20,
         ordered: false,

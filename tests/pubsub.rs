@@ -160,6 +160,24 @@ async fn next_with(
     }
 }
 
+/// Messages that came within `quiet` (heartbeat answers aside); None when
+/// none did.
+async fn messages_within(
+    responses: &mut Streaming<ps::StreamingPullResponse>,
+    quiet: Duration,
+) -> Option<Vec<ps::ReceivedMessage>> {
+    tokio::time::timeout(quiet, async {
+        loop {
+            let response = responses.message().await.unwrap().unwrap();
+            if !response.received_messages.is_empty() {
+                return response.received_messages;
+            }
+        }
+    })
+    .await
+    .ok()
+}
+
 fn payload(message: &ps::ReceivedMessage) -> String {
     String::from_utf8(message.message.as_ref().unwrap().data.to_vec()).unwrap()
 }
@@ -807,16 +825,8 @@ async fn seek_to_a_time_replays_acked_messages_only_when_retained() {
     payloads.sort();
     assert_eq!(payloads, ["1", "2"]);
     let (_p, mut plain) = ps.streaming_pull(open("plain")).await;
-    let nothing = tokio::time::timeout(Duration::from_secs(2), async {
-        loop {
-            let response = plain.message().await.unwrap().unwrap();
-            if !response.received_messages.is_empty() {
-                return response;
-            }
-        }
-    })
-    .await;
-    assert!(nothing.is_err(), "acked messages came back: {nothing:?}");
+    let nothing = messages_within(&mut plain, Duration::from_secs(2)).await;
+    assert!(nothing.is_none(), "acked messages came back: {nothing:?}");
     let snapshot = ps
         .subscriber
         .seek(ps::SeekRequest {
@@ -1054,16 +1064,8 @@ async fn a_stream_reconnecting_with_its_client_id_keeps_its_leases_and_room() {
 
     // Same client id: the two leases it still holds fill its room.
     let (_again, mut second) = ps.streaming_pull(with_client("client-a")).await;
-    let early = tokio::time::timeout(Duration::from_millis(1500), async {
-        loop {
-            let response = second.message().await.unwrap().unwrap();
-            if !response.received_messages.is_empty() {
-                return response;
-            }
-        }
-    })
-    .await;
-    assert!(early.is_err(), "no room until its leases end: {early:?}");
+    let early = messages_within(&mut second, Duration::from_millis(1500)).await;
+    assert!(early.is_none(), "no room until its leases end: {early:?}");
     // Its ack ids still work, and free the room.
     ps.subscriber
         .acknowledge(ps::AcknowledgeRequest {
@@ -1119,4 +1121,53 @@ async fn a_stream_of_a_deleted_subscription_ends_without_internal() {
         .streaming_pull(tokio_stream::iter(vec![open("gone")]))
         .await;
     assert_eq!(code(again), Code::NotFound);
+}
+
+#[tokio::test]
+async fn streaming_pull_holds_max_outstanding_bytes() {
+    let mut ps = pubsub().await;
+    ps.create_topic("large").await;
+    ps.create_subscription("readers", "large", Default::default())
+        .await;
+    let kilobyte = |n: usize| data(&format!("{n}{}", "x".repeat(999)));
+    ps.publish("large", (0..8).map(kilobyte).collect()).await;
+    let (_requests, mut responses) = ps
+        .streaming_pull(ps::StreamingPullRequest {
+            max_outstanding_bytes: 2500,
+            ..open("readers")
+        })
+        .await;
+    // Two messages fit in 2,500 bytes; the third is the one that may go past.
+    let mut held = receive(&mut responses, 3).await;
+    assert_eq!(held.len(), 3, "past the byte limit");
+    let more = messages_within(&mut responses, Duration::from_millis(1500)).await;
+    assert!(more.is_none(), "past the byte limit: {more:?}");
+    // Each ack lets one more through (2 held, 500 bytes left), never more.
+    for _ in 0..2 {
+        let acked = held.remove(0);
+        ps.subscriber
+            .acknowledge(ps::AcknowledgeRequest {
+                subscription: subscription_path("readers"),
+                ack_ids: vec![acked.ack_id],
+            })
+            .await
+            .unwrap();
+        let next = receive(&mut responses, 1).await;
+        assert_eq!(next.len(), 1, "past the byte limit");
+        held.extend(next);
+        let more = messages_within(&mut responses, Duration::from_millis(500)).await;
+        assert!(more.is_none(), "past the byte limit: {more:?}");
+    }
+    // Once all are acked, the rest come.
+    ps.subscriber
+        .acknowledge(ps::AcknowledgeRequest {
+            subscription: subscription_path("readers"),
+            ack_ids: held.iter().map(|m| m.ack_id.clone()).collect(),
+        })
+        .await
+        .unwrap();
+    let rest = receive(&mut responses, 3).await;
+    let mut seen: Vec<String> = rest.iter().map(|m| payload(m)[..1].to_owned()).collect();
+    seen.sort();
+    assert_eq!(seen, ["5", "6", "7"]);
 }

@@ -55,6 +55,9 @@ pub struct SubscribeOptions {
     /// Bytes of deliveries the server may hold for this stream, fetched but
     /// not yet taken by the client's connection.
     pub max_outstanding_bytes: u64,
+    /// The most bytes of messages the stream's client may hold unacked (one
+    /// may go past it; Pub/Sub's `max_outstanding_bytes`); 0: no limit.
+    pub max_unacked_bytes: u64,
     /// The stream's ack deadline; None: the subscription's, else the server's.
     pub ack_deadline: Option<Duration>,
     /// Where the subscription starts, if this call creates it.
@@ -350,6 +353,7 @@ impl DeliveryLoop {
             group: subscription.clone(),
             consumer: self.consumer.clone(),
             max_outstanding: self.options.max_outstanding,
+            max_unacked_bytes: self.options.max_unacked_bytes,
             // A message promoted ahead of its due time is held here until
             // then; its lease must not run while it waits.
             lease: self.ack_deadline + broker.promote_ahead,

@@ -340,6 +340,7 @@ mod tests {
                 group: "s".into(),
                 consumer: "c".into(),
                 max_outstanding: 10,
+                max_unacked_bytes: 0,
                 lease: Duration::from_secs(10),
                 max_message_bytes: 1024,
                 ordered: false,

@@ -97,6 +97,9 @@ pub struct ConsumerSpec {
     pub group: String,
     pub consumer: String,
     pub max_outstanding: u32,
+    /// The most bytes of messages the consumer may hold unacked (one may go
+    /// past it); 0: no limit.
+    pub max_unacked_bytes: u64,
     pub lease: Duration,
     /// The most bytes one message can have (payload, attributes, ordering
     /// key): a fetch reads no more at once than its byte limit could hold at that size.
@@ -142,7 +145,8 @@ impl Store {
             .arg(spec.lease.as_millis() as u64)
             .arg(max_bytes)
             .arg(spec.max_message_bytes)
-            .arg(u8::from(spec.ordered));
+            .arg(u8::from(spec.ordered))
+            .arg(spec.max_unacked_bytes);
         if let Some(acks) = acks {
             invocation.arg(ack_reply(acks.listed));
             ack_args(&mut invocation, acks);

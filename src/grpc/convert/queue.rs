@@ -331,6 +331,7 @@ pub fn subscribe_options(
         named_consumer: false,
         max_outstanding,
         max_outstanding_bytes,
+        max_unacked_bytes: 0,
         ack_deadline,
         start,
         retry,

@@ -80,6 +80,8 @@ pub async fn serve(
             n => n.min(i64::from(limits.max_outstanding_limit)) as u32,
         },
         max_outstanding_bytes: limits.default_max_outstanding_bytes,
+        // Zero or less: no limit.
+        max_unacked_bytes: first.max_outstanding_bytes.max(0) as u64,
         ack_deadline: Some(ack_deadline),
         start: GroupStart::Latest,
         retry: convert::subscription_settings(record).retry,

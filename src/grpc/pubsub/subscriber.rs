@@ -462,6 +462,7 @@ impl Subscriber for PubSubApi {
             named_consumer: false,
             max_outstanding: (max_messages as u32).min(self.limits.max_outstanding_limit),
             max_outstanding_bytes: convert::MAX_RESPONSE_BYTES as u64,
+            max_unacked_bytes: 0,
             ack_deadline: None,
             start: GroupStart::Latest,
             retry: convert::subscription_settings(record).retry,

@@ -23,10 +23,11 @@
 -- ARGV[4] most deliveries (and ended leases) to handle, ARGV[5] lease length in ms,
 -- ARGV[6] most bytes of messages to hand out (one message may go past it),
 -- ARGV[7] the most bytes one message can have, ARGV[8] 1 when the
--- subscription is ordered (fixed at its creation), else 0; then, optionally,
--- acks that ride on this fetch (handoff.rs), applied first: ARGV[9] what to
--- return of them ('n': the count, 'i': the ids), ARGV[10] on the deliveries
--- as ack.lua takes them
+-- subscription is ordered (fixed at its creation), else 0, ARGV[9] most bytes
+-- of messages this consumer may hold unacked, 0 for no limit (one message
+-- may go past it); then, optionally, acks that ride on this fetch
+-- (handoff.rs), applied first: ARGV[10] what to return of them ('n': the
+-- count, 'i': the ids), ARGV[11] on the deliveries as ack.lua takes them
 -- Returns { wait_ms, { {id, delivery_count, {field, value, ...}}, ... }, room, now, dead, more, handed, acks, batch }
 --   wait_ms: ms until the next timer this consumer could act on, -1 if none;
 --   room: deliveries this consumer may still take; now: Redis' clock in ms;
@@ -44,6 +45,7 @@ local limit = tonumber(ARGV[4])
 local lease_ms = tonumber(ARGV[5])
 local max_bytes = tonumber(ARGV[6])
 local max_entry = math.max(1, tonumber(ARGV[7]))
+local max_unacked_bytes = tonumber(ARGV[9])
 
 local now = now_ms()
 local deadline = now + lease_ms
@@ -159,14 +161,35 @@ end
 
 -- Riding acks first: the room they free is taken at once.
 local acks = {}
-if ARGV[9] then
-  local acked, leases = ack_held(o, 10)
+if ARGV[10] then
+  local acked, leases = ack_held(o, 11)
   local ordered = o.on()
-  acks = { acked, (ARGV[9] == 'i' or ordered) and leases or {}, ordered and 1 or 0, o.handed }
+  acks = { acked, (ARGV[10] == 'i' or ordered) and leases or {}, ordered and 1 or 0, o.handed }
 end
 
 -- A full consumer still settles due timers: its own ended leases make room.
-room = max_outstanding - owned()
+local held = owned()
+room = max_outstanding - held
+
+-- A limit on the bytes the consumer holds: this fetch hands out no more than
+-- the limit less the sizes of the consumer's pending entries, which are
+-- summed only when entries of the largest size could make the limit bind.
+-- At the limit the consumer has no room, and waits for an ack as a consumer
+-- at its count does.
+if max_unacked_bytes > 0 and room > 0 then
+  local held_bytes = 0
+  if held > 0 and max_unacked_bytes - held * max_entry < max_bytes then
+    for _, entry in ipairs(redis.call('XPENDING', stream, group, '-', '+', held, consumer)) do
+      local found = redis.call('XRANGE', stream, entry[1], entry[1])[1]
+      if found then held_bytes = held_bytes + size_of(found[2]) end
+    end
+  end
+  if held_bytes >= max_unacked_bytes then
+    room = 0
+  else
+    max_bytes = math.min(max_bytes, max_unacked_bytes - held_bytes)
+  end
+end
 
 -- The earliest timer first: mostly none is due, and then it alone gives the
 -- wait at the end.
