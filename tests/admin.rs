@@ -181,6 +181,9 @@ async fn subscriptions_are_created_read_listed_updated_and_deleted() {
         message_ordering: Some(false),
         max_blocked: None,
         filter: String::new(),
+        max_deliveries_per_second: None,
+        burst: None,
+        max_outstanding: Some(7),
     };
     let created = admin
         .create_subscription(pb::CreateSubscriptionRequest {
@@ -194,6 +197,11 @@ async fn subscriptions_are_created_read_listed_updated_and_deleted() {
     let stored = created.settings.expect("settings");
     assert_eq!(stored.ack_deadline, settings.ack_deadline);
     assert_eq!(stored.max_delivery_attempts, Some(4));
+    assert_eq!(
+        (stored.max_outstanding, stored.max_deliveries_per_second),
+        (Some(7), Some(0.0)),
+        "a limit left out is none"
+    );
     let again = admin
         .create_subscription(pb::CreateSubscriptionRequest {
             topic: "t".into(),
@@ -234,6 +242,7 @@ async fn subscriptions_are_created_read_listed_updated_and_deleted() {
         .expect("settings");
     assert_eq!(updated.max_delivery_attempts, Some(9));
     assert_eq!(updated.dead_lettering, Some(false));
+    assert_eq!(updated.max_outstanding, Some(7), "left out: kept");
     assert_eq!(
         updated.ack_deadline, settings.ack_deadline,
         "left out: kept"

@@ -357,6 +357,7 @@ async fn a_batch_timer_named_finished_too_early_stays_until_its_last_entry_is_ac
         message_ordering: false,
         max_blocked: 1000,
         filter: String::new(),
+        limits: Default::default(),
     };
     store
         .ensure_subscription(&keys, SUB, GroupStart::Earliest, &settings)

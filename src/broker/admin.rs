@@ -34,7 +34,7 @@ pub struct TopicView {
 }
 
 /// A subscription as the admin API shows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct SubscriptionView {
     pub topic: String,
     pub name: String,

@@ -353,6 +353,7 @@ impl Broker {
             message_ordering: options.message_ordering,
             max_blocked: DEFAULT_MAX_BLOCKED,
             filter: String::new(),
+            limits: Default::default(),
         };
         self.store
             .ensure_subscription(&keys, &options.subscription, options.start, &defaults)

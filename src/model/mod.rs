@@ -22,7 +22,7 @@ pub use message::{
 };
 pub use pattern::Pattern;
 pub use subscription::{
-    ConsumerStats, DEFAULT_MAX_BLOCKED, GroupStart, ORDERED_MAX_DELIVERY_ATTEMPTS, OrderingStats,
-    RetryPolicy, SubscriptionSettings, SubscriptionStats, SubscriptionUpdate,
+    ConsumerStats, DEFAULT_MAX_BLOCKED, DeliveryLimits, GroupStart, ORDERED_MAX_DELIVERY_ATTEMPTS,
+    OrderingStats, RetryPolicy, SubscriptionSettings, SubscriptionStats, SubscriptionUpdate,
 };
 pub use topic::{TopicKind, TopicSettings, TopicStats};

@@ -13,7 +13,7 @@ pub enum GroupStart {
 }
 
 /// A subscription's settings as stored.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct SubscriptionSettings {
     /// Ack deadline of streams that ask for none; None: the server default.
     pub ack_deadline: Option<Duration>,
@@ -27,6 +27,19 @@ pub struct SubscriptionSettings {
     /// A Pub/Sub filter on attributes (see `Filter`), checked when the
     /// subscription was created; empty for none. Fixed at creation.
     pub filter: String,
+    pub limits: DeliveryLimits,
+}
+
+/// How fast and how wide the subscription is consumed, across all its
+/// streams on all replicas; a zero removes a limit.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct DeliveryLimits {
+    /// Deliveries per second, kept by a token bucket in Redis.
+    pub max_deliveries_per_second: f64,
+    /// The bucket's capacity; 0: the rate rounded up.
+    pub burst: u32,
+    /// Messages leased at once.
+    pub max_outstanding: u32,
 }
 
 /// Blocked entries an ordered subscription holds at most, unless it says otherwise.
@@ -37,7 +50,7 @@ pub const DEFAULT_MAX_BLOCKED: u64 = 100_000;
 pub const ORDERED_MAX_DELIVERY_ATTEMPTS: u32 = 10;
 
 /// A change to a subscription's settings; None leaves a setting as it is.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct SubscriptionUpdate {
     pub ack_deadline: Option<Duration>,
     pub minimum_backoff: Option<Duration>,
@@ -45,6 +58,9 @@ pub struct SubscriptionUpdate {
     pub max_delivery_attempts: Option<u32>,
     pub dead_lettering: Option<bool>,
     pub max_blocked: Option<u64>,
+    pub max_deliveries_per_second: Option<f64>,
+    pub burst: Option<u32>,
+    pub max_outstanding: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,6 +81,11 @@ pub struct SubscriptionStats {
     pub acked: u64,
     /// Ordered subscriptions only (else zero and None).
     pub ordering: OrderingStats,
+    /// The token bucket holds back deliveries the subscription has
+    /// messages and room for.
+    pub rate_limited: bool,
+    /// Its `max_outstanding` messages are leased.
+    pub at_max_outstanding: bool,
 }
 
 /// How a subscription retries and when it gives up.

@@ -9,11 +9,14 @@ use super::scripts::{ENSURE_SUBSCRIPTION, SEEK};
 use super::{Store, TopicKeys};
 use crate::error::{Error, Result};
 use crate::model::{
-    ConsumerStats, DEFAULT_MAX_BLOCKED, GroupStart, RetryPolicy, SubscriptionSettings,
-    SubscriptionStats, SubscriptionUpdate,
+    ConsumerStats, DEFAULT_MAX_BLOCKED, DeliveryLimits, GroupStart, RetryPolicy,
+    SubscriptionSettings, SubscriptionStats, SubscriptionUpdate,
 };
 use redis::Value;
 use std::time::Duration;
+
+/// The consumer that holds the entries parked for a retry (lib.lua's `PARKED`).
+const PARKED_CONSUMER: &str = "redq.parked";
 
 impl Store {
     /// Creates the subscription with `settings` unless it exists (an existing
@@ -48,6 +51,9 @@ impl Store {
             .arg(u8::from(settings.message_ordering))
             .arg(settings.max_blocked)
             .arg(&settings.filter)
+            .arg(settings.limits.max_deliveries_per_second)
+            .arg(settings.limits.burst)
+            .arg(settings.limits.max_outstanding)
             .invoke_async(&mut conn)
             .await?;
         Ok(created == 1)
@@ -81,10 +87,16 @@ impl Store {
         let mut conn = self.connection().await?;
         let mut values: Vec<Option<String>> = redis::cmd("HMGET")
             .arg(keys.subscription(subscription))
-            .arg(&["ack", "bmin", "bmax", "max", "dlq", "ord", "mblk", "flt"])
+            .arg(&[
+                "ack", "bmin", "bmax", "max", "dlq", "ord", "mblk", "flt", "rate", "burst", "mout",
+            ])
             .query_async(&mut conn)
             .await?;
-        let filter = values.pop().flatten().unwrap_or_default();
+        let rate: f64 = values
+            .get(8)
+            .and_then(|v| v.as_deref()?.parse().ok())
+            .unwrap_or(0.0);
+        let filter = values.get_mut(7).and_then(Option::take).unwrap_or_default();
         let get = |i: usize| -> Option<u64> { values.get(i)?.as_deref()?.parse().ok() };
         let (Some(bmin), Some(bmax)) = (get(1), get(2)) else {
             return Ok(None);
@@ -100,6 +112,11 @@ impl Store {
             message_ordering: get(5) == Some(1),
             max_blocked: get(6).unwrap_or(DEFAULT_MAX_BLOCKED),
             filter,
+            limits: DeliveryLimits {
+                max_deliveries_per_second: rate,
+                burst: get(9).unwrap_or(0) as u32,
+                max_outstanding: get(10).unwrap_or(0) as u32,
+            },
         }))
     }
 
@@ -119,9 +136,21 @@ impl Store {
                 ("max", update.max_delivery_attempts.map(u64::from)),
                 ("dlq", update.dead_lettering.map(u64::from)),
                 ("mblk", update.max_blocked),
+                ("burst", update.burst.map(u64::from)),
+                ("mout", update.max_outstanding.map(u64::from)),
             ],
         )
-        .await
+        .await?;
+        if let Some(rate) = update.max_deliveries_per_second {
+            let mut conn = self.connection().await?;
+            let _: () = redis::cmd("HSET")
+                .arg(keys.subscription(subscription))
+                .arg("rate")
+                .arg(rate)
+                .query_async(&mut conn)
+                .await?;
+        }
+        Ok(())
     }
 
     pub async fn subscription_stats(
@@ -136,11 +165,11 @@ impl Store {
             .find(|group| group.name == subscription)
             .ok_or_else(|| Error::NotFound("subscription".into()))?;
         let mut conn = self.connection().await?;
-        let (consumers, oldest, dead_letters, acked, time): (
+        let (consumers, oldest, dead_letters, (acked, max_leased, held_back), time): (
             Value,
             Value,
             u64,
-            Option<u64>,
+            (Option<u64>, Option<u64>, Option<u64>),
             (u64, u64),
         ) = redis::pipe()
             .cmd("XINFO")
@@ -155,9 +184,9 @@ impl Store {
             .arg(1)
             .cmd("XLEN")
             .arg(keys.dead_letters(subscription))
-            .cmd("HGET")
+            .cmd("HMGET")
             .arg(keys.subscription(subscription))
-            .arg("acked")
+            .arg(&["acked", "mout", "rlim"])
             .cmd("TIME")
             .query_async(&mut conn)
             .await?;
@@ -180,10 +209,21 @@ impl Store {
             Some(_) => self.list_length(keys).await?,
             None => 0,
         };
+        let lag = group.lag.unwrap_or(0) + waiting;
+        let parked: u64 = consumers
+            .iter()
+            .filter(|c| c.name == PARKED_CONSUMER)
+            .map(|c| c.pending)
+            .sum();
+        let leased = group.pending.saturating_sub(parked);
         Ok(SubscriptionStats {
             ordering,
             pending: group.pending,
-            lag: group.lag.unwrap_or(0) + waiting,
+            lag,
+            // A fetch the token bucket held back in the last second, with
+            // messages still waiting.
+            rate_limited: lag > 0 && held_back.is_some_and(|at| now_ms < at + 1000),
+            at_max_outstanding: max_leased.is_some_and(|max| max > 0 && leased >= max),
             oldest_unacked_age,
             consumers,
             dead_letters,

@@ -6,8 +6,8 @@ use crate::broker::{SeekTarget, SubscriptionView, TopicView};
 use crate::config::Limits;
 use crate::error::{Error, Result};
 use crate::model::{
-    DEFAULT_MAX_BLOCKED, DeadLetter, DeadLetterReason, Filter, GroupStart, RetryPolicy,
-    SubscriptionSettings, SubscriptionUpdate, TopicKind, TopicSettings, is_entry_id,
+    DEFAULT_MAX_BLOCKED, DeadLetter, DeadLetterReason, DeliveryLimits, Filter, GroupStart,
+    RetryPolicy, SubscriptionSettings, SubscriptionUpdate, TopicKind, TopicSettings, is_entry_id,
 };
 use crate::pb;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -232,6 +232,11 @@ pub fn new_subscription(
         message_ordering,
         max_blocked: update.max_blocked.unwrap_or(DEFAULT_MAX_BLOCKED),
         filter,
+        limits: DeliveryLimits {
+            max_deliveries_per_second: update.max_deliveries_per_second.unwrap_or(0.0),
+            burst: update.burst.unwrap_or(0),
+            max_outstanding: update.max_outstanding.unwrap_or(0),
+        },
     };
     if settings.retry.minimum_backoff > settings.retry.maximum_backoff {
         return Err(Error::invalid(
@@ -276,9 +281,20 @@ fn subscription_settings(
         message_ordering: _, // likewise
         filter: _,           // likewise
         max_blocked,
+        max_deliveries_per_second,
+        burst,
+        max_outstanding,
     } = settings;
     if max_blocked == Some(0) {
         return Err(Error::invalid("settings.max_blocked", "must be positive"));
+    }
+    if let Some(rate) = max_deliveries_per_second
+        && !(rate.is_finite() && rate >= 0.0)
+    {
+        return Err(Error::invalid(
+            "settings.max_deliveries_per_second",
+            "must be a finite number, 0 or more",
+        ));
     }
     let pb::RetryPolicy {
         minimum_backoff,
@@ -300,6 +316,9 @@ fn subscription_settings(
         max_delivery_attempts,
         dead_lettering,
         max_blocked,
+        max_deliveries_per_second,
+        burst,
+        max_outstanding,
     })
 }
 
@@ -325,6 +344,9 @@ pub fn subscription_pb(view: SubscriptionView) -> pb::Subscription {
             message_ordering: Some(settings.message_ordering),
             max_blocked: settings.message_ordering.then_some(settings.max_blocked),
             filter: settings.filter,
+            max_deliveries_per_second: Some(settings.limits.max_deliveries_per_second),
+            burst: Some(settings.limits.burst),
+            max_outstanding: Some(settings.limits.max_outstanding),
         }),
         stats: Some(pb::SubscriptionStats {
             pending: stats.pending,
@@ -345,6 +367,8 @@ pub fn subscription_pb(view: SubscriptionView) -> pb::Subscription {
             blocked: stats.ordering.blocked,
             oldest_blocked_age: stats.ordering.oldest_blocked_age.map(duration_pb),
             at_blocked_cap: stats.ordering.at_blocked_cap,
+            rate_limited: stats.rate_limited,
+            at_max_outstanding: stats.at_max_outstanding,
         }),
     }
 }

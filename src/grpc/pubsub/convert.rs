@@ -356,6 +356,7 @@ pub fn subscription_settings(record: &ps::Subscription) -> SubscriptionSettings 
         message_ordering: record.enable_message_ordering,
         max_blocked: DEFAULT_MAX_BLOCKED,
         filter: record.filter.clone(),
+        limits: Default::default(),
     }
 }
 

@@ -300,7 +300,7 @@ impl Subscriber for PubSubApi {
                 maximum_backoff: Some(settings.retry.maximum_backoff),
                 max_delivery_attempts: Some(settings.retry.max_delivery_attempts),
                 dead_lettering: Some(settings.dead_lettering),
-                max_blocked: None,
+                ..Default::default()
             };
             match self
                 .broker

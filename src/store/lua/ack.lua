@@ -6,7 +6,8 @@
 -- id, delivery count, and m pairs: a finished batch timer's first and last id
 -- Returns { deliveries acked now, which ones as `id/count/consumer` (when
 --   asked, or when ordered),
---   1 when the subscription is ordered else 0, ordering keys handed on }
+--   1 when the subscription is ordered else 0, ordering keys handed on (one
+--   more when the acks freed room under a cap on leased messages) }
 
 local stream, group, want_ids = KEYS[1], ARGV[1], ARGV[2] == 'i'
 local o = ordering(group)

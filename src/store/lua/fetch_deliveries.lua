@@ -62,8 +62,12 @@ local function size_of(fields)
   return n
 end
 
+-- Deliveries the subscription's limits allow this call (its token bucket,
+-- its cap on leased messages); set below.
+local allowed = math.huge
+
 local function full()
-  return room <= 0 or #out >= limit or bytes >= max_bytes
+  return room <= 0 or #out >= limit or #out >= allowed or bytes >= max_bytes
 end
 
 -- Redriven dead letters are for one subscription only (field `o`).
@@ -74,12 +78,16 @@ local function meant_for_others(fields)
   return false
 end
 
-local function owned()
+-- Entries this consumer holds, and entries leased by any consumer (those
+-- parked for a retry are not leased).
+local function owned_and_leased()
   local summary = redis.call('XPENDING', stream, group)
+  local own, parked = 0, 0
   for _, pair in ipairs(summary[4] or {}) do
-    if pair[1] == consumer then return tonumber(pair[2]) end
+    if pair[1] == consumer then own = tonumber(pair[2]) end
+    if pair[1] == PARKED then parked = tonumber(pair[2]) end
   end
-  return 0
+  return own, tonumber(summary[1]) - parked
 end
 
 local function end_expired(id, count)
@@ -168,8 +176,24 @@ if ARGV[10] then
 end
 
 -- A full consumer still settles due timers: its own ended leases make room.
-local held = owned()
+local held, leased = owned_and_leased()
 room = max_outstanding - held
+
+-- The subscription's limits, across all its streams and replicas. The token
+-- bucket (`tok` tokens at `tts`) refills at `rate` per second up to `burst`;
+-- it is written back only when this call takes tokens (the refill of a call
+-- that takes none comes out the same when counted later).
+local limits = redis.call('HMGET', settings, 'rate', 'burst', 'mout', 'tok', 'tts')
+local rate, max_leased = tonumber(limits[1]) or 0, tonumber(limits[3]) or 0
+local tokens, capacity
+if rate > 0 then
+  capacity = tonumber(limits[2]) or 0
+  if capacity <= 0 then capacity = math.ceil(rate) end
+  tokens = math.min(capacity,
+    (tonumber(limits[4]) or capacity) + math.max(0, now - (tonumber(limits[5]) or now)) * rate / 1000)
+  allowed = math.floor(tokens)
+end
+if max_leased > 0 then allowed = math.min(allowed, math.max(0, max_leased - leased)) end
 
 -- A limit on the bytes the consumer holds: this fetch hands out no more than
 -- the limit less the sizes of the consumer's pending entries, which are
@@ -236,7 +260,7 @@ end
 -- Entries that took their key while waiting, before new ones.
 while o.on() and not full() do
   local fits = math.max(1, math.floor((max_bytes - bytes) / max_entry))
-  local got, taken = take_ready(o, consumer, math.min(room, limit - #out, fits), deadline)
+  local got, taken = take_ready(o, consumer, math.min(room, limit - #out, allowed - #out, fits), deadline)
   if taken == 0 then break end
   timer_set = true
   for _, d in ipairs(got) do
@@ -252,7 +276,7 @@ local examined = 0
 local more = bytes >= max_bytes
 local blocked = o.on() and redis.call('ZCARD', o.blocked) or 0
 while not full() and not (o.on() and blocked >= o.max_blocked) do
-  local count = math.min(room, limit - #out, limit - examined,
+  local count = math.min(room, limit - #out, limit - examined, allowed - #out,
     math.max(1, math.floor((max_bytes - bytes) / max_entry)))
   if count <= 0 then more = true break end
   local entries = read_new(count)
@@ -315,4 +339,19 @@ else
   if next[1] then wait = tonumber(next[2]) - now end
 end
 if bytes >= max_bytes then more = true end
+if tokens then
+  local bucket_stopped = #out >= math.floor(tokens)
+  if #out > 0 then
+    tokens = tokens - #out
+    redis.call('HSET', settings, 'tok', tostring(tokens), 'tts', now)
+  end
+  if bucket_stopped and room > 0 then
+    -- Held back by the bucket: come back when the next token is in, and
+    -- say so in the subscription's stats (`rlim`: when it last held back).
+    local next_token = math.ceil((1 - tokens) * 1000 / rate)
+    if wait < 0 or next_token < wait then wait = next_token end
+    redis.call('HSET', settings, 'rlim', now)
+    more = false
+  end
+end
 return { wait, out, math.max(room, 0), now, dead, more and 1 or 0, o.handed, acks, batch }

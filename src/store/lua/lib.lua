@@ -344,6 +344,11 @@ local function ack_held(o, from)
   in_chunks(held, function(...)
     acked = acked + redis.call('XACK', o.stream, o.group, ...)
   end)
+  -- Under a cap on the subscription's leased messages, an ack frees room for
+  -- any of its streams: counted as a handed key, it wakes them all.
+  if acked > 0 and (tonumber(redis.call('HGET', o.settings, 'mout')) or 0) > 0 then
+    o.handed = o.handed + 1
+  end
   forget(o, held)
   for _, f in ipairs(finished) do
     covering_nothing(o, f[1], f[2], f[3], timer_members)
