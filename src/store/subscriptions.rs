@@ -15,6 +15,16 @@ use crate::model::{
 use redis::Value;
 use std::time::Duration;
 
+/// XINFO CONSUMERS, the oldest pending entry, the dead letters' count, the
+/// hash's `acked`, `mout` and `rlim`, and Redis' clock.
+type StatsReply = (
+    Value,
+    Value,
+    u64,
+    (Option<u64>, Option<u64>, Option<u64>),
+    (u64, u64),
+);
+
 /// The consumer that holds the entries parked for a retry (lib.lua's `PARKED`).
 const PARKED_CONSUMER: &str = "redq.parked";
 
@@ -165,31 +175,26 @@ impl Store {
             .find(|group| group.name == subscription)
             .ok_or_else(|| Error::NotFound("subscription".into()))?;
         let mut conn = self.connection().await?;
-        let (consumers, oldest, dead_letters, (acked, max_leased, held_back), time): (
-            Value,
-            Value,
-            u64,
-            (Option<u64>, Option<u64>, Option<u64>),
-            (u64, u64),
-        ) = redis::pipe()
-            .cmd("XINFO")
-            .arg("CONSUMERS")
-            .arg(keys.stream())
-            .arg(subscription)
-            .cmd("XPENDING")
-            .arg(keys.stream())
-            .arg(subscription)
-            .arg("-")
-            .arg("+")
-            .arg(1)
-            .cmd("XLEN")
-            .arg(keys.dead_letters(subscription))
-            .cmd("HMGET")
-            .arg(keys.subscription(subscription))
-            .arg(&["acked", "mout", "rlim"])
-            .cmd("TIME")
-            .query_async(&mut conn)
-            .await?;
+        let (consumers, oldest, dead_letters, (acked, max_leased, held_back), time): StatsReply =
+            redis::pipe()
+                .cmd("XINFO")
+                .arg("CONSUMERS")
+                .arg(keys.stream())
+                .arg(subscription)
+                .cmd("XPENDING")
+                .arg(keys.stream())
+                .arg(subscription)
+                .arg("-")
+                .arg("+")
+                .arg(1)
+                .cmd("XLEN")
+                .arg(keys.dead_letters(subscription))
+                .cmd("HMGET")
+                .arg(keys.subscription(subscription))
+                .arg(&["acked", "mout", "rlim"])
+                .cmd("TIME")
+                .query_async(&mut conn)
+                .await?;
         let now_ms = time.0 * 1000 + time.1 / 1000;
         let oldest_unacked_age = first_pending_age(oldest, now_ms)?;
         let consumers = as_array(consumers)?
