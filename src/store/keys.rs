@@ -24,6 +24,13 @@ pub const EPHEMERAL_CHANNELS: &str = "redq:ephemeral:";
 /// be granted; each stream filters by its own NATS-style pattern.
 pub const EVERY_EPHEMERAL_CHANNEL: &str = "redq:ephemeral:*";
 
+/// STRING of a dashboard session, by the hex SHA-256 of its cookie (never
+/// the cookie itself, so that reading Redis does not give a session away):
+/// the hex SHA-256 of the token it logged in with; it expires with the session.
+pub fn dashboard_session(id_hash: &str) -> String {
+    format!("redq:ui:session:{id_hash}")
+}
+
 /// HASH of a Google Pub/Sub project's topics or subscriptions: id → the
 /// resource as the Pub/Sub API last stored it (protobuf). One hash tag per
 /// project, so a project's records share a Cluster slot.
