@@ -120,10 +120,11 @@ function confirmAction(text, word) {
   });
 }
 
-function table(columns, rows) {
+// A table of `columns` over `body`, a <tbody> its page fills and refills.
+function table(columns, body) {
   return h('table', {},
     h('thead', {}, h('tr', {}, columns.map((c) => h('th', { class: c.num ? 'num' : '' }, c.label)))),
-    h('tbody', {}, rows));
+    body);
 }
 
 // ---- Overview ----
