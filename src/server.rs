@@ -196,6 +196,10 @@ pub async fn run(
             settings.security.http_tls_cert.is_some(),
         );
         http_routes = http_routes.merge(dashboard.routes());
+        health.spawn_loop(
+            "dashboard-sampler",
+            broker.clone().run_sampler(stop.clone()),
+        );
     }
     let http = HttpListener::new(http, security.http.clone())?;
     let http_server =

@@ -672,3 +672,35 @@ async fn the_docs_have_a_row_per_endpoint() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_replica_draws_the_same_charts_from_redis() {
+    let pair = two_replicas().await;
+    let mut client = pair.client_a.clone();
+    let mut stream = subscribe(&mut client, "orders", "billing", Sub::deadline(LONG)).await;
+    publish(&mut client, "orders", payloads("m", 4)).await;
+    expect_messages(&mut stream, 4).await;
+    let path = "/ui/api/topics/orders/subscriptions/billing/history";
+    let (a, b) = (pair.a.metrics_addr, pair.b.metrics_addr);
+    let last_point = |reply: Value| reply["points"].as_array().unwrap().last().cloned();
+    eventually("a chart point after the publish", || async move {
+        last_point(get(a, path, &[]).await.json()).is_some_and(|p| p["published"] == 4)
+    })
+    .await;
+    let from_a = get(a, path, &[]).await.json();
+    let point = last_point(from_a.clone()).unwrap();
+    assert_eq!(point["pending"], 4);
+    assert_eq!(point["lag"], 0);
+    // The other replica reads the same points (unless a new one came between).
+    let from_b = get(b, path, &[]).await.json();
+    let again = get(a, path, &[]).await.json();
+    assert!(from_b == from_a || from_b == again, "{from_a} {from_b}");
+    let overview = get(b, "/ui/api/overview", &[]).await.json();
+    eventually("both replicas listed", || async move {
+        get(b, "/ui/api/overview", &[]).await.json()["replicas"]
+            .as_array()
+            .is_some_and(|r| r.len() == 2)
+    })
+    .await;
+    assert!(overview["replicas"].is_array());
+}

@@ -31,6 +31,13 @@ pub fn dashboard_session(id_hash: &str) -> String {
     format!("redq:ui:session:{id_hash}")
 }
 
+/// STRING claimed (`SET NX PX`) by the replica that samples the dashboard's
+/// charts in the current interval: one replica a time, whichever runs.
+pub const DASHBOARD_SAMPLER: &str = "redq:ui:sampler";
+
+/// ZSET of the replicas that ran lately: name → when it last said so (ms).
+pub const REPLICAS: &str = "redq:replicas";
+
 /// HASH of a Google Pub/Sub project's topics or subscriptions: id → the
 /// resource as the Pub/Sub API last stored it (protobuf). One hash tag per
 /// project, so a project's records share a Cluster slot.
@@ -154,6 +161,12 @@ impl TopicKeys {
     /// STREAM of the subscription's dead letters.
     pub fn dead_letters(&self, subscription: &str) -> String {
         self.of_subscription(subscription, "dlq")
+    }
+
+    /// LIST of the subscription's dashboard samples, newest first: one line
+    /// per interval (`<ms> <published> <acked> <lag> <pending> <oldest age ms>`).
+    pub fn samples(&self, subscription: &str) -> String {
+        self.of_subscription(subscription, "samples")
     }
 
     /// HASH of an ordered subscription's keys in use: ordering key → the

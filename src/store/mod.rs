@@ -13,6 +13,7 @@ pub mod list;
 pub mod ordering;
 mod pubsub_records;
 mod replies;
+pub mod samples;
 pub mod scheduled;
 mod scripts;
 pub mod sessions;

@@ -7,7 +7,7 @@ use super::access::Visitor;
 use super::error::ApiError;
 use super::views::{self, Grants};
 use crate::auth::{Action, Resource};
-use crate::broker::{DEFAULT_REDRIVE_RATE, SeekTarget, TopicView};
+use crate::broker::{DEFAULT_REDRIVE_RATE, SAMPLE_INTERVAL, SeekTarget, TopicView};
 use crate::error::Error;
 use crate::grpc::convert::check_name;
 use crate::model::{Entry, is_entry_id};
@@ -56,6 +56,7 @@ pub async fn overview(State(dashboard): State<Arc<Dashboard>>, visitor: Visitor)
     let memory = broker.redis_memory().await.ok();
     let fullest = memory.and_then(|m| m.fullest);
     let dead_loops = health.dead_loops();
+    let replicas = broker.replicas().await.ok();
     Ok(Json(json!({
         "version": format!("redq {}", env!("CARGO_PKG_VERSION")),
         "caller": visitor.name(),
@@ -76,6 +77,7 @@ pub async fn overview(State(dashboard): State<Arc<Dashboard>>, visitor: Visitor)
             "stopped": dead_loops,
         },
         "ready": health.is_ready(),
+        "replicas": replicas,
     })))
 }
 
@@ -412,4 +414,37 @@ pub async fn seek(
         .await?;
     tracing::info!(action = "seek", %topic, subscription = %name, %time, token = %visitor.name(), "dashboard: seek");
     Ok(Json(json!({})))
+}
+
+/// `GET …/subscriptions/{subscription}/history`: the charts' points of the
+/// last hour, oldest first, as every replica sees them.
+pub async fn history(
+    State(dashboard): State<Arc<Dashboard>>,
+    visitor: Visitor,
+    Path((topic, name)): Path<(String, String)>,
+) -> Answer {
+    dashboard.check(
+        &visitor,
+        Action::View,
+        Resource::subscription(&topic, &name),
+    )?;
+    names(&topic, Some(&name))?;
+    let samples = dashboard.broker.samples(&topic, &name).await?;
+    let points: Vec<Value> = samples
+        .iter()
+        .map(|s| {
+            json!({
+                "time_ms": s.time_ms,
+                "published": s.published,
+                "acked": s.acked,
+                "lag": s.lag,
+                "pending": s.pending,
+                "oldest_unacked_age_ms": s.oldest_unacked_age_ms,
+            })
+        })
+        .collect();
+    Ok(Json(json!({
+        "interval_ms": SAMPLE_INTERVAL.as_millis() as u64,
+        "points": points,
+    })))
 }

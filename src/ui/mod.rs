@@ -97,6 +97,7 @@ impl Dashboard {
                 post(api::purge),
             )
             .route(&format!("{subscription}/seek"), post(api::seek))
+            .route(&format!("{subscription}/history"), get(api::history))
             .route(
                 "/ui/api/{*rest}",
                 get(error::not_found).post(error::not_found),

@@ -134,7 +134,7 @@ function overviewPage() {
     h('div', { class: 'cards' },
       card('Version', 'version'), card('Redis', 'redis'), card('Topology', 'topology'),
       card('Redis memory', 'memory'), card('Publishing', 'publishing'),
-      card('Background loops', 'loops'), card('Ready', 'ready')),
+      card('Background loops', 'loops'), card('Ready', 'ready'), card('Replicas seen', 'replicas')),
   );
   return {
     async refresh() {
@@ -150,6 +150,7 @@ function overviewPage() {
       set('loops', o.background_loops.healthy ? 'all running' : `stopped: ${o.background_loops.stopped.join(', ')}`,
         o.background_loops.healthy ? 'ok' : 'error');
       set('ready', o.ready ? 'yes' : 'no', o.ready ? 'ok' : 'error');
+      set('replicas', o.replicas ? `${o.replicas.length}: ${o.replicas.join(', ')}` : '—');
     },
   };
 }
@@ -331,7 +332,6 @@ function subscriptionPage(topic, name) {
   const charts = h('div', { class: 'charts', id: 'charts' });
   const controls = h('section', { id: 'seek' });
   const dead = h('section', { id: 'dead-letters' });
-  const history = [];
   main.replaceChildren(
     h('p', {}, h('a', { href: `#/${topicPath(topic)}` }, topic)),
     h('h1', {}, 'Subscription ', h('span', { id: 'subscription-name' }, name)),
@@ -355,14 +355,18 @@ function subscriptionPage(topic, name) {
       consumers.replaceChildren(...sub.consumers.map((c) => h('tr', {}, h('td', {}, c.name),
         h('td', { class: 'num' }, count(c.pending)), h('td', { class: 'num' }, age(c.idle_ms)))));
       if (!sub.consumers.length) consumers.replaceChildren(h('tr', {}, h('td', { colspan: 3, class: 'muted' }, 'No consumers.')));
-      const now = Date.now();
-      history.push({ t: now, lag: sub.lag, pending: sub.pending, oldest: sub.oldest_unacked_age_ms || 0, ack: ackRate || 0 });
-      while (history.length && history[0].t < now - 3600 * 1000) history.shift();
-      const series = (k) => history.map((p) => [p.t, p[k]]);
+      const { points } = await api(`${subPath(topic, name)}/history`);
+      // Rates from each point to the next; counters that went back (a
+      // re-created subscription) count as no change.
+      const rates = (key) => points.slice(1).map((p, i) => [p.time_ms,
+        Math.max(0, p[key] - points[i][key]) * 1000 / Math.max(1, p.time_ms - points[i].time_ms)]);
+      const series = (key) => points.map((p) => [p.time_ms, p[key]]);
+      const perS = (v) => `${v.toFixed(1)}/s`;
       charts.replaceChildren(
-        chart('Ack rate', series('ack'), (v) => `${v.toFixed(1)}/s`),
+        chart('Publish rate', rates('published'), perS), chart('Ack rate', rates('acked'), perS),
         chart('Lag', series('lag'), count), chart('Pending', series('pending'), count),
-        chart('Oldest unacked age', series('oldest'), age));
+        chart('Oldest unacked age', series('oldest_unacked_age_ms'), age));
+      if (!points.length) charts.append(h('p', { class: 'muted' }, 'A point is added every 10 s.'));
       if (!drawn) {
         drawn = true;
         if (sub.may.manage) drawSeek(controls, topic, name);
