@@ -704,3 +704,47 @@ async fn every_replica_draws_the_same_charts_from_redis() {
     .await;
     assert!(overview["replicas"].is_array());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redq_dev_prints_the_dashboards_address() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let tmp = tempfile::tempdir().unwrap();
+    let mut child = Command::new(redq_bin())
+        .args(["dev", "--dir"])
+        .arg(tmp.path().join("dev"))
+        .args(["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn redq dev");
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Some(url) = line.strip_prefix("Dashboard: ") {
+                let _ = tx.send(url.to_owned());
+            }
+        }
+    });
+    let url = rx.recv_timeout(STARTUP_TIMEOUT);
+    let outcome = async {
+        let url = url.expect("a `Dashboard: …` line");
+        let rest = url.strip_prefix("http://").expect("http://");
+        let (addr, path) = rest.split_once('/').expect("a path");
+        assert_eq!(path, "ui/");
+        let addr: SocketAddr = addr.parse().expect("an address");
+        eventually("the dashboard answers", || async move {
+            get(addr, "/ui/", &[]).await.status == 200
+        })
+        .await;
+    };
+    let outcome = tokio::time::timeout(Duration::from_secs(60), outcome).await;
+    // SIGINT: redq dev stops its redis-server too.
+    // SAFETY: kill(2) on the child this test spawned; no memory involved.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let _ = child.wait();
+    outcome.expect("redq dev's dashboard");
+}
