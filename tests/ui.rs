@@ -748,3 +748,72 @@ async fn redq_dev_prints_the_dashboards_address() {
     let _ = child.wait();
     outcome.expect("redq dev's dashboard");
 }
+
+/// `request` (a whole HTTP/1.1 request) over TLS to `port`, trusting `ca_pem`.
+async fn https(port: u16, ca_pem: &str, request: &str) -> String {
+    use rustls_pki_types::pem::PemObject;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let mut config = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let mut stream = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+        .connect("localhost".try_into().unwrap(), tcp)
+        .await
+        .expect("TLS handshake");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.ok();
+    response
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tls_the_session_cookie_is_secure_and_the_origin_is_https() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = common::security::Pki::new(dir.path(), "main");
+    let pair = pki.server("http");
+    let s = secured(&[
+        "--http-tls-cert",
+        pair.cert.to_str().unwrap(),
+        "--http-tls-key",
+        pair.key.to_str().unwrap(),
+    ])
+    .await;
+    let port = s.server.metrics_addr.port();
+    let body = format!("token={VIEWER}");
+    let login = |origin: &str| {
+        format!(
+            "POST /ui/login HTTP/1.1\r\nHost: localhost:{port}\r\nOrigin: {origin}\r\nConnection: close\r\n\
+             Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    let plain_origin = https(
+        port,
+        &pki.ca_pem,
+        &login(&format!("http://localhost:{port}")),
+    )
+    .await;
+    assert!(plain_origin.starts_with("HTTP/1.1 403"), "{plain_origin}");
+    let response = https(
+        port,
+        &pki.ca_pem,
+        &login(&format!("https://localhost:{port}")),
+    )
+    .await;
+    assert!(response.starts_with("HTTP/1.1 303"), "{response}");
+    let cookie = response
+        .lines()
+        .find(|l| l.to_ascii_lowercase().starts_with("set-cookie:"))
+        .unwrap_or_else(|| panic!("no cookie: {response}"));
+    assert!(cookie.contains("; Secure"), "{cookie}");
+    assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"));
+}
