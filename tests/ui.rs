@@ -534,6 +534,21 @@ async fn requests_from_other_origins_are_refused() {
     )
     .await;
     assert_eq!(same.json()["purged"], 1);
+    // Behind a proxy that ends TLS, its forwarded scheme and host are the origin.
+    let proxied = post(
+        addr,
+        &purge,
+        &[
+            ("Cookie", &cookie),
+            ("Origin", "https://queue.example.com"),
+            ("X-Forwarded-Proto", "https"),
+            ("X-Forwarded-Host", "queue.example.com"),
+        ],
+        "{\"dead_letter_ids\":[\"1-0\"]}",
+    )
+    .await;
+    assert_eq!(proxied.status, 200, "{}", proxied.body);
+    assert_eq!(proxied.json()["purged"], 0);
     let plain = post(addr, &purge, &[("Cookie", &cookie)], "").await;
     assert_eq!(plain.json()["purged"], 2);
 }

@@ -219,16 +219,32 @@ pub async fn refuse_cross_origin(
             return ApiError::forbidden("cross-site request refused").into_response();
         }
         if let Some(origin) = headers.get(ORIGIN) {
-            let host = headers
-                .get(HOST)
-                .and_then(|h| h.to_str().ok())
-                .or_else(|| request.uri().authority().map(|a| a.as_str()));
-            let scheme = if dashboard.tls { "https" } else { "http" };
-            let own = host.map(|host| format!("{scheme}://{host}"));
+            let own = own_origin(headers, request.uri(), dashboard.tls);
             if own.is_none_or(|own| origin.as_bytes() != own.as_bytes()) {
                 return ApiError::forbidden("cross-origin request refused").into_response();
             }
         }
     }
     next.run(request).await
+}
+
+/// The dashboard's origin as the browser sees it: `X-Forwarded-Proto` and
+/// `X-Forwarded-Host` when a proxy in front (an ingress ending TLS) sets
+/// them, else this port's scheme and the `Host` header. A page of another
+/// origin cannot forge them: a browser sends custom headers cross-origin
+/// only after a CORS preflight, which the dashboard never approves.
+fn own_origin(headers: &HeaderMap, uri: &axum::http::Uri, tls: bool) -> Option<String> {
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(',').next())
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+    };
+    let scheme = header("x-forwarded-proto").unwrap_or(if tls { "https" } else { "http" });
+    let host = header("x-forwarded-host")
+        .or_else(|| header(HOST.as_str()))
+        .or_else(|| uri.authority().map(|a| a.as_str()))?;
+    Some(format!("{scheme}://{host}"))
 }
