@@ -133,19 +133,19 @@ async fn stop_redis(redis: &mut Child) {
 
 /// What a first-time user needs to talk to the server: printed, not logged.
 fn print_welcome(addr: std::net::SocketAddr, dashboard: Option<std::net::SocketAddr>, dir: &Path) {
-    if let Some(http) = dashboard {
+    let dashboard = dashboard.map_or_else(String::new, |http| {
         // An unspecified address (0.0.0.0) is not one a browser can open.
-        let host = if http.ip().is_unspecified() {
+        let http = if http.ip().is_unspecified() {
             std::net::SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), http.port())
         } else {
             http
         };
-        println!("\nDashboard: http://{host}/ui/");
-    }
+        format!("Dashboard: http://{http}/ui/\n")
+    });
     println!(
         r#"
 redq dev is running: gRPC on {addr}, Redis data in {dir}
-Try it (grpcurl: https://github.com/fullstorydev/grpcurl):
+{dashboard}Try it (grpcurl: https://github.com/fullstorydev/grpcurl):
 
   grpcurl -plaintext -d '{{"topic":"hello","messages":[{{"payload":"aGVsbG8="}}]}}' \
     {addr} redq.v1.QueueService/Publish
