@@ -832,3 +832,78 @@ async fn over_tls_the_session_cookie_is_secure_and_the_origin_is_https() {
     assert!(cookie.contains("; Secure"), "{cookie}");
     assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_are_paged_found_and_searched_and_scheduled_ones_cancelled() {
+    let redis = RedisServer::start();
+    let server = TestServer::start(&redis.url(), &["--ui-allow-changes"]).await;
+    let mut client = server.client().await;
+    let ids = publish(&mut client, "orders", payloads("m", 5)).await;
+    let mut tagged = message("{\"total\": 12}");
+    tagged.attributes.insert("region".into(), "eu".into());
+    client
+        .publish(pb::PublishRequest {
+            topic: "orders".into(),
+            messages: vec![tagged],
+            dedupe_id: String::new(),
+        })
+        .await
+        .expect("publish");
+    let later = schedule(
+        &mut client,
+        "orders",
+        message("later"),
+        Due::After(Duration::from_secs(3600)),
+    )
+    .await
+    .message_id;
+    let addr = server.metrics_addr;
+    let page = |path: String| async move { get(addr, &path, &[]).await.json() };
+    let messages = "/ui/api/topics/orders/messages";
+
+    let first = page(format!("{messages}?limit=4")).await;
+    let shown: Vec<&str> = first["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["message_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(shown.len(), 4, "newest first: {first}");
+    assert_eq!(first["messages"][0]["payload_format"], "json");
+    assert_eq!(shown[1..], [ids[4].as_str(), &ids[3], &ids[2]]);
+    let before = first["next_before"].as_str().unwrap();
+    let second = page(format!("{messages}?limit=4&before={before}")).await;
+    assert_eq!(second["messages"].as_array().unwrap().len(), 2);
+    assert!(second["next_before"].is_null());
+
+    let found = page(format!("{messages}?id={}", ids[1])).await;
+    assert_eq!(found["messages"][0]["payload"], "m-1");
+    let by_attribute = page(format!("{messages}?attribute=region%3Deu")).await;
+    assert_eq!(by_attribute["messages"].as_array().unwrap().len(), 1);
+    let by_text = page(format!("{messages}?q=m-3")).await;
+    assert_eq!(by_text["messages"][0]["message_id"], ids[3].as_str());
+
+    let scheduled = page("/ui/api/topics/orders/scheduled".into()).await;
+    assert_eq!(scheduled["scheduled"][0]["message_id"], later.as_str());
+    assert_eq!(scheduled["scheduled"][0]["payload"], "later");
+    assert!(scheduled["scheduled"][0]["publish_time_ms"].is_null());
+    let found = page(format!("{messages}?id={later}")).await;
+    assert_eq!(found["messages"][0]["payload"], "later");
+    let cancel = format!("/ui/api/topics/orders/scheduled/{later}/cancel");
+    assert_eq!(post(addr, &cancel, &[], "").await.json()["cancelled"], true);
+    assert_eq!(
+        post(addr, &cancel, &[], "").await.json()["cancelled"],
+        false
+    );
+    let scheduled = page("/ui/api/topics/orders/scheduled".into()).await;
+    assert!(scheduled["scheduled"].as_array().unwrap().is_empty());
+    assert!(server.log().contains("action=\"cancel\""));
+    assert_eq!(
+        get(addr, &format!("{messages}?limit=0"), &[]).await.status,
+        400
+    );
+    assert_eq!(
+        get(addr, &format!("{messages}?before=x"), &[]).await.status,
+        400
+    );
+}
