@@ -5,7 +5,6 @@
 
 use super::Broker;
 use crate::error::{Error, Result};
-use crate::store::TopicKeys;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio_util::sync::CancellationToken;
 
@@ -104,11 +103,10 @@ impl Broker {
     async fn sample_subscriptions(&self) -> Result<()> {
         for topic in self.store.topics().await? {
             let sampled = async {
-                let published = self
-                    .topic(&topic)
-                    .await?
-                    .stats
-                    .map_or(0, |stats| stats.published);
+                // The store's stats, not `Broker::topic`, which also drops
+                // the topic's cached settings that publishing uses.
+                let keys = self.existing_topic(&topic).await?;
+                let published = self.store.topic_stats(&keys).await?.published;
                 let time_ms = now_ms();
                 let lines: Vec<(String, String)> = self
                     .subscriptions(&topic)
@@ -130,7 +128,7 @@ impl Broker {
                     })
                     .collect();
                 self.store
-                    .push_samples(&TopicKeys::new(&topic), &lines, SAMPLES_KEPT, SAMPLES_TTL)
+                    .push_samples(&keys, &lines, SAMPLES_KEPT, SAMPLES_TTL)
                     .await
             };
             match sampled.await {

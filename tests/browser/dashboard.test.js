@@ -59,6 +59,10 @@ async function loggedIn(token) {
   const context = await browser.newContext();
   const page = await context.newPage();
   page.on('dialog', (d) => { page.alerted = true; d.dismiss(); });
+  // Script errors and CSP refusals show up here.
+  page.errors = [];
+  page.on('pageerror', (e) => page.errors.push(e.message));
+  page.on('console', (m) => { if (m.type() === 'error') page.errors.push(m.text()); });
   await page.goto(`${base}/ui/`);
   await page.fill('input[name="token"]', token);
   await Promise.all([page.waitForURL(`${base}/ui/`), page.click('button[type="submit"]')]);
@@ -109,6 +113,7 @@ test('a topic published with `redq publish` appears', async () => {
   await page.click('a:text-is("Overview")');
   await page.waitForSelector('#redis:text-is("reachable")');
   await shot(page, 'overview');
+  assert.deepEqual(page.errors, []);
   await page.context().close();
 });
 
@@ -149,6 +154,7 @@ test('redrive and purge work end to end', async () => {
   await page.fill('#confirm-input', 'workers');
   await page.click('#confirm-ok');
   await page.waitForSelector('#sub-dead-letters:text-is("0")');
+  assert.deepEqual(page.errors, []);
   const sub = await api('topics/jobs/subscriptions/workers');
   assert.equal(sub.dead_letters, 0);
   assert.equal(sub.lag + sub.pending, 1, 'the redriven one is back');
@@ -202,6 +208,7 @@ test('a payload of <img src=x onerror=alert(1)> shows as text', async () => {
   assert.equal(await page.locator('#messages script').count(), 0);
   await new Promise((r) => setTimeout(r, 500));
   assert.ok(!page.alerted, 'no alert ran');
+  assert.deepEqual(page.errors, []);
   await shot(page, 'topic');
   await page.context().close();
 });
