@@ -248,3 +248,55 @@ fn own_origin(headers: &HeaderMap, uri: &axum::http::Uri, tls: bool) -> Option<S
         .or_else(|| uri.authority().map(|a| a.as_str()))?;
     Some(format!("{scheme}://{host}"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.append(*name, value.parse().unwrap());
+        }
+        map
+    }
+
+    #[test]
+    fn the_session_is_found_among_other_cookies() {
+        let map = headers(&[("cookie", "a=1; redq_session=abc; b=2")]);
+        assert_eq!(session_cookie(&map), Some("abc"));
+        assert_eq!(
+            session_cookie(&headers(&[("cookie", "redq_session=")])),
+            None
+        );
+        assert_eq!(
+            session_cookie(&headers(&[("cookie", "xredq_session=abc")])),
+            None
+        );
+        assert_eq!(session_cookie(&HeaderMap::new()), None);
+    }
+
+    #[test]
+    fn the_own_origin_follows_the_port_or_the_proxy() {
+        let uri = axum::http::Uri::from_static("/ui/login");
+        let direct = headers(&[("host", "127.0.0.1:9090")]);
+        assert_eq!(
+            own_origin(&direct, &uri, false).as_deref(),
+            Some("http://127.0.0.1:9090")
+        );
+        assert_eq!(
+            own_origin(&direct, &uri, true).as_deref(),
+            Some("https://127.0.0.1:9090")
+        );
+        let proxied = headers(&[
+            ("host", "redq:9090"),
+            ("x-forwarded-proto", "https"),
+            ("x-forwarded-host", "queue.example.com, inner"),
+        ]);
+        assert_eq!(
+            own_origin(&proxied, &uri, false).as_deref(),
+            Some("https://queue.example.com")
+        );
+        assert_eq!(own_origin(&HeaderMap::new(), &uri, false), None);
+    }
+}
