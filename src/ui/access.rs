@@ -159,6 +159,8 @@ pub async fn login(
         .identify_token_hash(hash)
         .filter(|_| !token.trim().is_empty())
     else {
+        // Never the token itself: a mistyped one is often almost right.
+        tracing::info!("dashboard: a login was refused");
         return Ok(assets::login(StatusCode::UNAUTHORIZED, true).into_response());
     };
     let ttl = dashboard.settings.ui_session_ttl;
