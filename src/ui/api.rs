@@ -14,7 +14,7 @@ use crate::model::{Entry, is_entry_id};
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -98,22 +98,30 @@ pub async fn topics(State(dashboard): State<Arc<Dashboard>>, visitor: Visitor) -
         }
     }
     names.truncate(MAX_TOPICS);
-    let rows: Vec<Value> = futures::stream::iter(names)
+    let rows: Vec<Option<Value>> = futures::stream::iter(names)
         .map(|listed: TopicView| async move {
             if listed.unavailable {
-                return Ok::<_, Error>(views::topic_row(&listed));
+                return Some(views::topic_row(&listed));
             }
             match broker.topic(&listed.name).await {
-                Ok(topic) => Ok(views::topic_row(&topic)),
+                Ok(topic) => Some(views::topic_row(&topic)),
                 // Deleted since it was listed.
-                Err(Error::NotFound(_)) => Ok(Value::Null),
-                Err(err) => Err(err),
+                Err(Error::NotFound(_)) => None,
+                // One topic that cannot be read (its shard down) must not
+                // hide the others: listed by name, marked unavailable.
+                Err(err) => {
+                    tracing::debug!(topic = %listed.name, error = ?err, "dashboard: topic unreadable");
+                    Some(views::topic_row(&TopicView {
+                        unavailable: true,
+                        ..listed
+                    }))
+                }
             }
         })
         .buffered(TOPIC_CONCURRENCY)
-        .try_collect()
-        .await?;
-    let rows: Vec<Value> = rows.into_iter().filter(|r| !r.is_null()).collect();
+        .collect()
+        .await;
+    let rows: Vec<Value> = rows.into_iter().flatten().collect();
     Ok(Json(json!({ "topics": rows })))
 }
 
