@@ -231,6 +231,7 @@ mod tests {
             keys.request_dedupe("r"),
             keys.watchers(),
             keys.staging(),
+            keys.samples("billing"),
         ];
         all.extend(keys.lease_keys("billing"));
         for key in &all {
