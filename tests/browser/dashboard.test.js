@@ -122,10 +122,9 @@ test('numbers update while messages flow', async () => {
   const page = await loggedIn(ADMIN);
   await page.goto(`${base}/ui/#/topics/flow`);
   await page.waitForSelector('#topic-length:text-is("1")');
-  const started = Date.now();
   for (let i = 0; i < 4; i += 1) redq('publish', 'flow', `more-${i}`);
+  // The page follows Redis within 5 s (it polls every 2 s).
   await page.waitForSelector('#topic-length:text-is("5")', { timeout: 5000 });
-  assert.ok(Date.now() - started < 5000 + 4000);
   assert.match(await page.textContent('#topic-published'), /^\d+$/);
   await page.context().close();
 });
