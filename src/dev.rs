@@ -40,7 +40,13 @@ async fn serve(args: &DevArgs, url: &str) -> Result<(), BoxError> {
     let http = TcpListener::bind(args.metrics_listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", args.metrics_listen))?;
-    print_welcome(grpc.local_addr()?, &args.dir);
+    let dashboard = args
+        .settings
+        .dashboard
+        .enabled
+        .then(|| http.local_addr())
+        .transpose()?;
+    print_welcome(grpc.local_addr()?, dashboard, &args.dir);
     let store = Store::new(&RedisAccess::url(url), args.settings.redis_pool_size)?
         .with_replica_wait(args.settings.replica_wait());
     server::run(
@@ -126,11 +132,20 @@ async fn stop_redis(redis: &mut Child) {
 }
 
 /// What a first-time user needs to talk to the server: printed, not logged.
-fn print_welcome(addr: std::net::SocketAddr, dir: &Path) {
+fn print_welcome(addr: std::net::SocketAddr, dashboard: Option<std::net::SocketAddr>, dir: &Path) {
+    let dashboard = dashboard.map_or_else(String::new, |http| {
+        // An unspecified address (0.0.0.0) is not one a browser can open.
+        let http = if http.ip().is_unspecified() {
+            std::net::SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), http.port())
+        } else {
+            http
+        };
+        format!("Dashboard: http://{http}/ui/\n")
+    });
     println!(
         r#"
 redq dev is running: gRPC on {addr}, Redis data in {dir}
-Try it (grpcurl: https://github.com/fullstorydev/grpcurl):
+{dashboard}Try it (grpcurl: https://github.com/fullstorydev/grpcurl):
 
   grpcurl -plaintext -d '{{"topic":"hello","messages":[{{"payload":"aGVsbG8="}}]}}' \
     {addr} redq.v1.QueueService/Publish

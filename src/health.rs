@@ -66,6 +66,16 @@ impl Health {
         (!dead.is_empty()).then(|| format!("background loops stopped: {}", dead.join(", ")))
     }
 
+    /// Whether the last check reached Redis.
+    pub fn redis_reachable(&self) -> bool {
+        self.inner.redis_reachable.load(Ordering::Relaxed)
+    }
+
+    /// The background loops that stopped before shutdown (none while healthy).
+    pub fn dead_loops(&self) -> Vec<&'static str> {
+        self.inner.dead_loops.lock().expect("health lock").clone()
+    }
+
     /// Pushes the current readiness to the gRPC health service.
     pub async fn publish(&self) {
         let status = if self.is_ready() {

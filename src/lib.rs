@@ -19,6 +19,7 @@
 //!   them and TLS from the flags, [`tls`] serves TLS, [`reload`] reloads
 //!   certificates and tokens on an interval and on SIGHUP.
 //! - [`workers`]: the worker threads that serve gRPC connections.
+//! - `ui`: the web dashboard at `/ui/` on the HTTP port, and its JSON API.
 //!
 //! Only what the binary, the tests and the fuzz targets use is `pub`.
 //!
@@ -42,6 +43,7 @@ pub mod server;
 mod shutdown;
 pub mod store;
 pub mod tls;
+mod ui;
 mod workers;
 
 /// Code generated from `proto/`, in modules named after the proto packages

@@ -14,6 +14,7 @@ use crate::pb::queue_service_server::QueueServiceServer;
 use crate::security::ServerSecurity;
 use crate::store::Store;
 use crate::tls::HttpListener;
+use crate::ui::Dashboard;
 use crate::workers::{Accepted, Workers};
 use std::future::Future;
 use std::sync::Arc;
@@ -30,7 +31,8 @@ const TCP_KEEPALIVE: Duration = Duration::from_secs(60);
 /// Pause after a failed accept.
 const ACCEPT_RETRY: Duration = Duration::from_millis(50);
 
-/// Serves gRPC on `grpc` and `/healthz`, `/readyz`, `/metrics` on `http` until `shutdown`
+/// Serves gRPC on `grpc` and `/healthz`, `/readyz`, `/metrics` and the dashboard (`/ui/`)
+/// on `http` until `shutdown`
 /// resolves, then drains for at most `settings.drain_timeout`.
 ///
 /// Takes bound listeners so that callers (and tests) can bind port 0.
@@ -183,7 +185,22 @@ pub async fn run(
             Ok::<_, BoxError>(())
         }
     };
-    let http_routes = health.http_routes().merge(metrics.routes(store));
+    let mut http_routes = health.http_routes().merge(metrics.routes(store));
+    if settings.dashboard.enabled {
+        let dashboard = Dashboard::new(
+            broker.clone(),
+            security.authorizer.clone(),
+            health.clone(),
+            settings.dashboard.clone(),
+            settings.memory_limit_ratio,
+            settings.security.http_tls_cert.is_some(),
+        );
+        http_routes = http_routes.merge(dashboard.routes());
+        health.spawn_loop(
+            "dashboard-sampler",
+            broker.clone().run_sampler(stop.clone()),
+        );
+    }
     let http = HttpListener::new(http, security.http.clone())?;
     let http_server =
         axum::serve(http, http_routes).with_graceful_shutdown(stop.clone().cancelled_owned());

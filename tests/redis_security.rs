@@ -122,6 +122,21 @@ async fn smoke(server: &TestServer) {
     }
     let (_, metrics) = http_get_with_body(server.metrics_addr, "/metrics").await;
     assert!(metrics.contains("redq_messages_acked"), "{metrics}");
+    // The dashboard's reads (its sampler's writes run every 10 s meanwhile).
+    for path in [
+        "/ui/api/overview",
+        "/ui/api/topics",
+        "/ui/api/topics/smoke",
+        "/ui/api/topics/smoke/messages?id=1-0",
+        "/ui/api/topics/smoke/messages",
+        "/ui/api/topics/smoke/scheduled",
+        "/ui/api/topics/smoke/subscriptions/s",
+        "/ui/api/topics/smoke/subscriptions/s/dead-letters",
+        "/ui/api/topics/smoke/subscriptions/s/history",
+    ] {
+        let (status, body) = http_get_with_body(server.metrics_addr, path).await;
+        assert_eq!(status, 200, "{path}: {body}\n{}", server.log());
+    }
     admin
         .delete_topic(pb::DeleteTopicRequest {
             name: "smoke".into(),

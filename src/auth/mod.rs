@@ -18,7 +18,7 @@ use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use std::collections::HashMap;
 use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex};
-pub use tokens::{Action, Principal, Resource, TokenTable};
+pub use tokens::{Action, Principal, Resource, TokenTable, token_hash};
 use tokio::sync::watch;
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
@@ -52,6 +52,8 @@ struct Inner {
 enum Credential {
     Open,
     Token(String),
+    /// The SHA-256 of a token: a dashboard session keeps no token.
+    TokenHash([u8; 32]),
     Certificate(Arc<Vec<String>>),
 }
 
@@ -141,6 +143,27 @@ impl Authorizer {
             Status::unauthenticated("unknown token")
         })?;
         Ok(Caller {
+            credential,
+            principal: Some(principal),
+        })
+    }
+
+    /// Who holds the token whose SHA-256 is `hash` (the dashboard's bearer
+    /// token or session), by the tokens file as it is now: None when it
+    /// does not name it. Everyone, when the server is open.
+    pub fn identify_token_hash(&self, hash: [u8; 32]) -> Option<Caller> {
+        let Some(table) = &self.inner.table else {
+            return Some(Caller {
+                credential: Credential::Open,
+                principal: None,
+            });
+        };
+        let credential = Credential::TokenHash(hash);
+        let Some(principal) = identify(&table.borrow(), &credential) else {
+            self.inner.metrics.unauthenticated();
+            return None;
+        };
+        Some(Caller {
             credential,
             principal: Some(principal),
         })
@@ -328,6 +351,7 @@ fn identify(table: &TokenTable, credential: &Credential) -> Option<Arc<Principal
     match credential {
         Credential::Open => None,
         Credential::Token(token) => table.by_token(token),
+        Credential::TokenHash(hash) => table.by_hash(hash),
         Credential::Certificate(names) => table.by_certificate(names),
     }
 }

@@ -114,6 +114,11 @@ impl Principal {
     }
 }
 
+/// The SHA-256 of a token, as the tokens file names it.
+pub fn token_hash(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
+}
+
 /// The tokens file as read: each token by the SHA-256 of its value, and the
 /// client certificates named instead of a token.
 #[derive(Debug, Default)]
@@ -186,10 +191,14 @@ impl TokenTable {
     /// Who holds `token`. Every entry is compared, in constant time, so that
     /// the time taken says nothing about how close a guess was.
     pub fn by_token(&self, token: &str) -> Option<Arc<Principal>> {
-        let hash: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        self.by_hash(&token_hash(token))
+    }
+
+    /// Who holds the token whose SHA-256 is `hash`, compared as in [`Self::by_token`].
+    pub fn by_hash(&self, hash: &[u8; 32]) -> Option<Arc<Principal>> {
         let mut found = None;
         for (known, principal) in &self.by_hash {
-            if bool::from(known.ct_eq(&hash)) {
+            if bool::from(known.ct_eq(hash)) {
                 found = Some(principal.clone());
             }
         }

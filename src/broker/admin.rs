@@ -12,6 +12,9 @@ use crate::store::TopicKeys;
 use futures::{StreamExt, TryStreamExt};
 use std::time::Duration;
 
+/// Dead letters redriven per second when the caller does not say.
+pub const DEFAULT_REDRIVE_RATE: u32 = 1000;
+
 /// Dead letters redriven per script call.
 const REDRIVE_CHUNK: u32 = 100;
 
@@ -398,7 +401,7 @@ impl Broker {
         self.wakeups.deliveries_returned(topic).await
     }
 
-    async fn existing_topic(&self, topic: &str) -> Result<TopicKeys> {
+    pub(super) async fn existing_topic(&self, topic: &str) -> Result<TopicKeys> {
         if self.store.topic_exists(topic).await? {
             Ok(TopicKeys::new(topic))
         } else {

@@ -5,6 +5,7 @@
 pub mod ack_batches;
 pub mod ack_id;
 mod admin;
+mod browse;
 mod budget;
 mod delivery;
 mod ephemeral;
@@ -19,13 +20,16 @@ pub mod publish_batches;
 mod pubsub_records;
 pub mod registry_repair;
 pub mod retention;
+mod samples;
+mod sessions;
 pub mod wakeups;
 
 pub use ack_batches::AckBatch;
-pub use admin::{SeekTarget, SubscriptionView, TopicView};
+pub use admin::{DEFAULT_REDRIVE_RATE, SeekTarget, SubscriptionView, TopicView};
 pub use delivery::{Delivery, DeliveryBatch, FlowControl, SubscribeOptions, TopicFilter};
 use kinds::Call;
 pub use kinds::{check_settings_for_kind, not_for_kind};
+pub use samples::{SAMPLE_INTERVAL, Sample};
 
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;

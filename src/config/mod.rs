@@ -3,6 +3,7 @@
 
 mod bench;
 mod client;
+mod dashboard;
 mod parse;
 mod secret;
 mod security;
@@ -13,6 +14,7 @@ pub use client::{
     CancelArgs, ClientTls, DlqArgs, DlqCommand, DlqTarget, MessageArgs, PublishArgs, ScheduleArgs,
     ServerArg, StartArg, StatsArgs, SubscribeArgs, TokenCommand, TokenCreateArgs, TopicsArgs,
 };
+pub use dashboard::Dashboard;
 pub use secret::Secret;
 pub use security::{ClientAuth, RedisArgs, RedisUrl, Security};
 pub use server::{Durability, Limits, Settings};
@@ -70,7 +72,7 @@ pub struct ServeArgs {
     /// Address the gRPC server listens on.
     #[arg(long, env = "REDQ_LISTEN", default_value = "0.0.0.0:50051")]
     pub listen: SocketAddr,
-    /// Address of the HTTP endpoint serving /metrics, /healthz and /readyz.
+    /// Address of the HTTP endpoint serving /metrics, /healthz, /readyz and the dashboard (/ui/).
     #[arg(long, env = "REDQ_METRICS_LISTEN", default_value = "0.0.0.0:9090")]
     pub metrics_listen: SocketAddr,
     #[command(flatten)]
@@ -84,7 +86,7 @@ pub struct DevArgs {
     /// Address the gRPC server listens on.
     #[arg(long, env = "REDQ_LISTEN", default_value = "127.0.0.1:50051")]
     pub listen: SocketAddr,
-    /// Address of the HTTP endpoint serving /metrics, /healthz and /readyz.
+    /// Address of the HTTP endpoint serving /metrics, /healthz, /readyz and the dashboard (/ui/).
     #[arg(long, env = "REDQ_METRICS_LISTEN", default_value = "127.0.0.1:9090")]
     pub metrics_listen: SocketAddr,
     /// Directory for the private Redis' socket, log and append-only file.

@@ -1,10 +1,10 @@
 //! The server's settings (`serve` and `dev`) and the limits it enforces,
 //! with the relations between them checked at start-up.
 
-use super::Security;
 use super::parse::{
     parse_ack_ride_wait, parse_positive_duration, parse_promote_ahead, parse_ratio,
 };
+use super::{Dashboard, Security};
 use clap::{Args, ValueEnum};
 use std::time::Duration;
 
@@ -66,6 +66,8 @@ pub struct Settings {
     pub limits: Limits,
     #[command(flatten)]
     pub security: Security,
+    #[command(flatten)]
+    pub dashboard: Dashboard,
 }
 
 /// When a write a client waits for is acknowledged.

@@ -3,15 +3,12 @@
 use super::convert;
 use super::targets::Target;
 use crate::auth::{Action, Authorizer, Resource};
-use crate::broker::Broker;
+use crate::broker::{Broker, DEFAULT_REDRIVE_RATE};
 use crate::config::Limits;
 use crate::error::{Error, Result};
 use crate::pb;
 use crate::pb::admin_service_server::AdminService;
 use tonic::{Request, Response, Status};
-
-/// Dead letters redriven per second when the request does not say.
-const DEFAULT_REDRIVE_RATE: u32 = 1000;
 
 pub struct AdminApi {
     broker: Broker,

@@ -51,6 +51,15 @@ pub struct PublishBatch {
     pub messages: Vec<NewMessage>,
 }
 
+/// A scheduled message not yet due, as the schedule holds it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScheduledEntry {
+    pub message_id: String,
+    pub due_ms: u64,
+    /// None when its fields are gone (cancelled or promoted between two reads).
+    pub entry: Option<Entry>,
+}
+
 /// A message read back from a stream.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Entry {

@@ -17,8 +17,9 @@ pub use dead_letter::{DeadLetter, DeadLetterPage, DeadLetterReason};
 pub use filter::Filter;
 pub use lease::{AckConfirmation, BatchTimer, Lease};
 pub use message::{
-    Due, Entry, NewMessage, PublishBatch, Published, Rescheduled, entry_id_after, entry_id_before,
-    entry_time_ms, is_entry_id, is_scheduled_id, new_pushed_id, new_scheduled_id, parse_entry_id,
+    Due, Entry, NewMessage, PublishBatch, Published, Rescheduled, ScheduledEntry, entry_id_after,
+    entry_id_before, entry_time_ms, is_entry_id, is_scheduled_id, new_pushed_id, new_scheduled_id,
+    parse_entry_id,
 };
 pub use pattern::Pattern;
 pub use subscription::{

@@ -35,6 +35,28 @@ pub struct SubscriptionGauges {
     pub ordering: OrderingStats,
 }
 
+/// Redis' memory at one moment.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Memory {
+    /// Of every master together.
+    pub used_bytes: u64,
+    /// The master closest to its `maxmemory`; None when none has one.
+    pub fullest: Option<MemoryUse>,
+}
+
+/// One master's memory against its `maxmemory`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryUse {
+    pub used_bytes: u64,
+    pub max_bytes: u64,
+}
+
+impl MemoryUse {
+    pub fn fraction(self) -> f64 {
+        self.used_bytes as f64 / self.max_bytes as f64
+    }
+}
+
 /// Connections of the pool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PoolState {
@@ -46,11 +68,17 @@ impl Store {
     /// Redis' memory use as a fraction of `maxmemory`, the fullest master's
     /// on a cluster; None when no limit is set.
     pub async fn memory_use(&self) -> Result<Option<f64>> {
+        Ok(self.memory().await?.fullest.map(MemoryUse::fraction))
+    }
+
+    /// Redis' memory: used bytes of every master, and the fullest master's
+    /// use against its `maxmemory` (None when no master has a limit).
+    pub async fn memory(&self) -> Result<Memory> {
         let mut conn = self.shared();
         let replies = conn
             .on_every_master(redis::cmd("INFO").arg("memory"))
             .await?;
-        let mut fullest: Option<f64> = None;
+        let mut memory = Memory::default();
         for reply in replies {
             let info: String = redis::from_redis_value(reply)
                 .map_err(|_| Error::Corrupt("INFO memory is not text".into()))?;
@@ -59,17 +87,26 @@ impl Store {
                     line.strip_prefix(name)?
                         .strip_prefix(':')?
                         .trim()
-                        .parse::<f64>()
+                        .parse::<u64>()
                         .ok()
                 })
             };
-            if let (Some(used), Some(max)) = (field("used_memory"), field("maxmemory"))
-                && max > 0.0
-            {
-                fullest = Some(fullest.map_or(used / max, |f| f.max(used / max)));
+            let used = field("used_memory").unwrap_or(0);
+            memory.used_bytes += used;
+            if let Some(max) = field("maxmemory").filter(|max| *max > 0) {
+                let this = MemoryUse {
+                    used_bytes: used,
+                    max_bytes: max,
+                };
+                if memory
+                    .fullest
+                    .is_none_or(|f| this.fraction() > f.fraction())
+                {
+                    memory.fullest = Some(this);
+                }
             }
         }
-        Ok(fullest)
+        Ok(memory)
     }
 
     /// The pool's connections; none on a cluster, which has no pool.

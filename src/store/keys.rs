@@ -24,6 +24,20 @@ pub const EPHEMERAL_CHANNELS: &str = "redq:ephemeral:";
 /// be granted; each stream filters by its own NATS-style pattern.
 pub const EVERY_EPHEMERAL_CHANNEL: &str = "redq:ephemeral:*";
 
+/// STRING of a dashboard session, by the hex SHA-256 of its cookie (never
+/// the cookie itself, so that reading Redis does not give a session away):
+/// the hex SHA-256 of the token it logged in with; it expires with the session.
+pub fn dashboard_session(id_hash: &str) -> String {
+    format!("redq:ui:session:{id_hash}")
+}
+
+/// STRING claimed (`SET NX PX`) by the replica that samples the dashboard's
+/// charts in the current interval: one replica a time, whichever runs.
+pub const DASHBOARD_SAMPLER: &str = "redq:ui:sampler";
+
+/// ZSET of the replicas that ran lately: name → when it last said so (ms).
+pub const REPLICAS: &str = "redq:replicas";
+
 /// HASH of a Google Pub/Sub project's topics or subscriptions: id → the
 /// resource as the Pub/Sub API last stored it (protobuf). One hash tag per
 /// project, so a project's records share a Cluster slot.
@@ -149,6 +163,12 @@ impl TopicKeys {
         self.of_subscription(subscription, "dlq")
     }
 
+    /// LIST of the subscription's dashboard samples, newest first: one line
+    /// per interval (`<ms> <published> <acked> <lag> <pending> <oldest age ms>`).
+    pub fn samples(&self, subscription: &str) -> String {
+        self.of_subscription(subscription, "samples")
+    }
+
     /// HASH of an ordered subscription's keys in use: ordering key → the
     /// entry that holds it (leased, or parked for a retry).
     pub fn key_holders(&self, subscription: &str) -> String {
@@ -211,6 +231,7 @@ mod tests {
             keys.request_dedupe("r"),
             keys.watchers(),
             keys.staging(),
+            keys.samples("billing"),
         ];
         all.extend(keys.lease_keys("billing"));
         for key in &all {

@@ -1,6 +1,7 @@
 //! Redis storage: one module per Redis structure, each command or script in
 //! one place. Nothing above this module builds a key or sends a command.
 
+pub mod browse;
 pub mod connection;
 pub mod dead_letters;
 pub mod ephemeral;
@@ -12,8 +13,10 @@ pub mod list;
 pub mod ordering;
 mod pubsub_records;
 mod replies;
+pub mod samples;
 pub mod scheduled;
 mod scripts;
+pub mod sessions;
 pub mod stream;
 pub mod subscriptions;
 pub mod topics;
@@ -225,6 +228,15 @@ impl Store {
             Backend::Sentinel { connector, .. } => {
                 format!("the master the Sentinels name {}", connector.master_name())
             }
+        }
+    }
+
+    /// What kind of Redis deployment this is: `standalone`, `sentinel` or `cluster`.
+    pub fn topology_name(&self) -> &'static str {
+        match self.backend {
+            Backend::Standalone { .. } => "standalone",
+            Backend::Sentinel { .. } => "sentinel",
+            Backend::Cluster { .. } => "cluster",
         }
     }
 
