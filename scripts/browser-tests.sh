@@ -12,7 +12,7 @@ if ! command -v chromium >/dev/null; then
 fi
 command -v redis-server >/dev/null || { echo "browser-tests: redis-server is missing" >&2; exit 1; }
 
-cargo build --quiet --bin redq
+cargo build --locked --quiet --bin redq
 export REDQ_BIN="$PWD/target/debug/redq"
 export SCREENSHOT_DIR="$PWD/target/browser-screenshots"
 export CHROMIUM="$(command -v chromium)"
