@@ -19,6 +19,8 @@ pub mod publish_batches;
 mod pubsub_records;
 pub mod registry_repair;
 pub mod retention;
+pub mod scheduler;
+mod schedules;
 pub mod wakeups;
 
 pub use ack_batches::AckBatch;
@@ -41,6 +43,7 @@ use delivery::DeliveryLoop;
 use promoter::{Promoter, PromotionTimers};
 use publish_batches::PublishBatches;
 use retention::MemoryGuard;
+use scheduler::{RunTimers, Scheduler};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -69,6 +72,8 @@ pub struct Broker {
     store: Store,
     wakeups: Wakeups,
     promotions: Arc<PromotionTimers>,
+    /// When this replica's scheduler next has recurring schedules to run.
+    run_timers: Arc<RunTimers>,
     /// Topics registered lately, so that publishing does not register on every call.
     known_topics: Arc<Mutex<HashMap<String, Instant>>>,
     dedupe_window: Duration,
@@ -128,6 +133,7 @@ impl Broker {
         Self {
             wakeups: Wakeups::new(store.clone(), promotions.clone()),
             promotions,
+            run_timers: Arc::default(),
             store,
             known_topics: Arc::default(),
             dedupe_window: settings.dedupe_window,
@@ -182,6 +188,11 @@ impl Broker {
     /// The background loop that promotes this broker's scheduled messages.
     pub fn promoter(&self) -> Promoter {
         Promoter::new(self.store.clone(), self.promotions.clone())
+    }
+
+    /// The background loop that runs recurring schedules.
+    pub fn scheduler(&self) -> Scheduler {
+        Scheduler::new(self.clone())
     }
 
     /// Publishes messages to `topic`, creating it on first use: appended now,

@@ -9,6 +9,7 @@ mod filter;
 mod lease;
 mod message;
 mod pattern;
+mod schedule;
 mod subscription;
 mod topic;
 
@@ -21,6 +22,10 @@ pub use message::{
     entry_time_ms, is_entry_id, is_scheduled_id, new_pushed_id, new_scheduled_id, parse_entry_id,
 };
 pub use pattern::Pattern;
+pub use schedule::{
+    DueRuns, MAX_CATCH_UP, Recurrence, RecurrenceError, SCHEDULE_ATTRIBUTE,
+    SCHEDULED_TIME_ATTRIBUTE, Schedule, ScheduleMessage, ScheduleSpec, ScheduleState, rfc3339_utc,
+};
 pub use subscription::{
     ConsumerStats, DEFAULT_MAX_BLOCKED, GroupStart, ORDERED_MAX_DELIVERY_ATTEMPTS, OrderingStats,
     RetryPolicy, SubscriptionSettings, SubscriptionStats, SubscriptionUpdate,

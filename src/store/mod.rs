@@ -13,6 +13,7 @@ pub mod ordering;
 mod pubsub_records;
 mod replies;
 pub mod scheduled;
+pub mod schedules;
 mod scripts;
 pub mod stream;
 pub mod subscriptions;
