@@ -575,3 +575,81 @@ async fn runs_publish_to_list_topics_too() {
         "run of push"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_cli_puts_lists_and_deletes_schedules() {
+    let (_redis, server, _client) = redis_server_and_client().await;
+    let put = cli::redq(
+        &server,
+        &[
+            "schedule",
+            "put",
+            "cli",
+            "nightly",
+            "--cron",
+            "0 2 * * *",
+            "--time-zone",
+            "Europe/Paris",
+            "--payload",
+            "run",
+            "--attr",
+            "team=reports",
+        ],
+        None,
+    )
+    .await
+    .ok_lines();
+    assert!(put[1].contains("cron 0 2 * * * Europe/Paris"), "{put:?}");
+    cli::redq(
+        &server,
+        &[
+            "schedule",
+            "put",
+            "cli",
+            "tick",
+            "--every",
+            "1h",
+            "--payload",
+            "t",
+            "--paused",
+        ],
+        None,
+    )
+    .await
+    .ok_lines();
+    let listed = cli::redq(&server, &["schedules", "cli"], None)
+        .await
+        .ok_lines();
+    assert_eq!(listed.len(), 3, "{listed:?}");
+    assert!(
+        listed[1].starts_with("nightly") && listed[1].contains(":00:00Z"),
+        "{listed:?}"
+    );
+    assert!(
+        listed[2].starts_with("tick") && listed[2].contains("paused"),
+        "{listed:?}"
+    );
+    let deleted = cli::redq(&server, &["schedule", "delete", "cli", "tick"], None)
+        .await
+        .ok_lines();
+    assert_eq!(deleted, ["deleted tick"]);
+    cli::redq(&server, &["schedule", "delete", "cli", "tick"], None)
+        .await
+        .one_line_error("NOT_FOUND");
+    cli::redq(
+        &server,
+        &[
+            "schedule",
+            "put",
+            "cli",
+            "bad",
+            "--cron",
+            "61 * * * *",
+            "--payload",
+            "x",
+        ],
+        None,
+    )
+    .await
+    .one_line_error("INVALID_ARGUMENT: schedule.cron: field 1 (minute)");
+}
