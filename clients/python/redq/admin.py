@@ -1,5 +1,5 @@
 """The plain types the Client's admin methods return (and take): topics,
-subscriptions, their settings and stats, dead letters.
+subscriptions, their settings and stats, dead letters, recurring schedules.
 
 Durations are datetime.timedelta and times timezone-aware UTC datetimes; a
 setting the server did not report (or an admin call should leave as it is)
@@ -281,6 +281,41 @@ class DeadLetter:
 
 
 @dataclasses.dataclass
+class Schedule:
+    """A recurring schedule (docs/schedules.md): `cron` (with `time_zone`) or `every`, what each run
+    publishes (`payload`, `attributes`, `ordering_key`), and, set by the server, `next_run`
+    (None while paused or finished), `last_run` and `runs`."""
+
+    topic: str
+    name: str
+    cron: str
+    every: Optional[datetime.timedelta]
+    time_zone: str
+    payload: bytes
+    attributes: Dict[str, str]
+    ordering_key: str
+    start_time: Optional[datetime.datetime]
+    end_time: Optional[datetime.datetime]
+    paused: bool
+    catch_up: int
+    next_run: Optional[datetime.datetime]
+    last_run: Optional[datetime.datetime]
+    runs: int
+
+    @classmethod
+    def from_proto(cls, message: admin_pb2.Schedule) -> Schedule:
+        def time(field: str) -> Optional[datetime.datetime]:
+            return _common.from_timestamp(getattr(message, field)) if message.HasField(field) else None
+
+        return cls(topic=message.topic, name=message.name, cron=message.cron, every=_duration(message, "every"),
+                   time_zone=message.time_zone, payload=message.message.payload,
+                   attributes=dict(message.message.attributes), ordering_key=message.message.ordering_key,
+                   start_time=time("start_time"), end_time=time("end_time"), paused=message.paused,
+                   catch_up=message.catch_up, next_run=time("next_run"), last_run=time("last_run"),
+                   runs=message.runs)
+
+
+@dataclasses.dataclass
 class Page(Generic[T]):
     """One page of a list: `items`, and the token of the next page ("" on the last)."""
 
@@ -288,5 +323,5 @@ class Page(Generic[T]):
     next_page_token: str
 
 
-__all__ = ["ConsumerStats", "DeadLetter", "Page", "PublishedMessage", "RetryPolicy", "Subscription",
+__all__ = ["ConsumerStats", "DeadLetter", "Page", "PublishedMessage", "RetryPolicy", "Schedule", "Subscription",
            "SubscriptionSettings", "SubscriptionStats", "Topic", "TopicSettings", "TopicStats"]
