@@ -653,3 +653,51 @@ async fn the_cli_puts_lists_and_deletes_schedules() {
     .await
     .one_line_error("INVALID_ARGUMENT: schedule.cron: field 1 (minute)");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schedules_run_on_a_redis_cluster_on_topics_of_every_master() {
+    let cluster = common::cluster::RedisCluster::start();
+    let server = TestServer::start(&cluster.url(), &[]).await;
+    server.wait_serving().await;
+    let mut client = server.client().await;
+    let mut admin = server.admin().await;
+    // One topic whose keys live on each master.
+    let mut topics: std::collections::HashMap<u16, String> = Default::default();
+    for i in 0.. {
+        let topic = format!("topic-{i}");
+        let port = cluster.master_of(&format!("redq:{{{topic}}}:stream"));
+        topics.entry(port).or_insert(topic);
+        if topics.len() == 3 {
+            break;
+        }
+    }
+    for topic in topics.values() {
+        let mut stream = subscribe(&mut client, topic, "all", Sub::deadline(LONG)).await;
+        put(&mut admin, every(topic, "tick", Duration::from_secs(1)))
+            .await
+            .unwrap_or_else(|s| panic!("{topic}: {s:?}"));
+        let messages = receive(&mut stream, 2).await;
+        let nominal: Vec<i64> = messages.iter().take(2).map(nominal_ms).collect();
+        assert_eq!(nominal[1] - nominal[0], 1000, "{topic}: {nominal:?}");
+        let listed = admin
+            .list_schedules(pb::ListSchedulesRequest {
+                topic: topic.clone(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(listed.schedules.len(), 1, "{topic}");
+        admin
+            .delete_topic(pb::DeleteTopicRequest {
+                name: topic.clone(),
+            })
+            .await
+            .unwrap();
+        assert_status(
+            get(&mut admin, topic, "tick").await,
+            Code::NotFound,
+            "schedule",
+        );
+    }
+}
