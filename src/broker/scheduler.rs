@@ -207,11 +207,12 @@ impl Scheduler {
                 .run_schedule(keys, kind, name, read.version, &runs, due.next_ms)
                 .await?
             {
-                let missed = runs.len() as u64 + due.skipped > 1;
-                let catch_up = if missed { runs.len() as u64 } else { 0 };
-                self.broker
-                    .metrics
-                    .schedule_ran(topic, runs.len() as u64, catch_up, due.skipped);
+                self.broker.metrics.schedule_ran(
+                    topic,
+                    runs.len() as u64,
+                    due.catch_up,
+                    due.skipped,
+                );
                 if !runs.is_empty() {
                     self.broker.wakeups.scheduled(topic, Duration::ZERO).await?;
                 }

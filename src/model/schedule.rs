@@ -124,6 +124,8 @@ enum Rule {
 pub struct DueRuns {
     /// Nominal times to publish, oldest first.
     pub publish: Vec<u64>,
+    /// How many of `publish` are catch-up runs: missed while no replica ran.
+    pub catch_up: u64,
     /// Due runs not published: more were missed than `catch_up` allows.
     pub skipped: u64,
     /// The next nominal time after `now`, if any.
@@ -134,6 +136,9 @@ pub struct DueRuns {
 /// only the latest are looked for (a per-second schedule left alone for a day).
 const MAX_COUNTED: usize = 100_000;
 const DAY_MS: u64 = 86_400_000;
+/// A run at most this late is on time, not missed: every replica wakes at
+/// the next run, and one that wakes a little late still publishes it.
+pub const ON_TIME_MS: u64 = 1000;
 
 impl Recurrence {
     /// A recurrence from a spec's `cron` or `every` (exactly one), time zone
@@ -215,37 +220,46 @@ impl Recurrence {
     }
 
     /// The runs due at `now_ms` for a schedule whose next nominal time is
-    /// `next_ms`: all of them when at most `catch_up` (0 means 1) are due,
-    /// else the latest `catch_up`, the others skipped.
+    /// `next_ms`. Runs less than [`ON_TIME_MS`] late are on time: all are
+    /// published (a replica that woke a little late skips nothing). Older
+    /// ones were missed while no replica ran: the latest `catch_up` of them
+    /// (0 means 1) are published, the others skipped.
     pub fn due_runs(&self, next_ms: u64, now_ms: u64, catch_up: u32) -> DueRuns {
         let keep = catch_up.clamp(1, MAX_CATCH_UP) as usize;
-        let mut latest = VecDeque::with_capacity(keep);
-        let mut due = 0u64;
+        let on_time_from = now_ms.saturating_sub(ON_TIME_MS);
+        let mut missed = VecDeque::with_capacity(keep);
+        let mut missed_count = 0u64;
+        let mut on_time = Vec::new();
         let mut at = Some(next_ms).filter(|&t| t <= now_ms);
         let mut counted = 0usize;
         while let Some(t) = at {
-            if counted == MAX_COUNTED {
+            if t >= on_time_from {
+                on_time.push(t);
+            } else if counted == MAX_COUNTED {
                 // Too many to count: only the latest matter. Skip to a day
-                // before now and count from there.
+                // before now and count from there (at most 86,400 runs a
+                // day: `every` and cron are at least a second apart).
                 let from = now_ms.saturating_sub(DAY_MS).max(t);
-                let resumed = self.first_from(from).filter(|&r| r <= now_ms);
-                due += self.count_between(t, from);
-                latest.clear();
-                at = resumed;
+                missed_count += self.count_between(t, from);
+                missed.clear();
                 counted = 0;
+                at = self.first_from(from).filter(|&r| r <= now_ms);
                 continue;
+            } else {
+                if missed.len() == keep {
+                    missed.pop_front();
+                }
+                missed.push_back(t);
+                missed_count += 1;
+                counted += 1;
             }
-            if latest.len() == keep {
-                latest.pop_front();
-            }
-            latest.push_back(t);
-            due += 1;
-            counted += 1;
             at = self.next_after(t).filter(|&n| n <= now_ms);
         }
-        let publish: Vec<u64> = latest.into_iter().collect();
+        let catch_up = missed.len() as u64;
+        let publish: Vec<u64> = missed.into_iter().chain(on_time).collect();
         DueRuns {
-            skipped: due.saturating_sub(publish.len() as u64),
+            skipped: missed_count.saturating_sub(catch_up),
+            catch_up,
             next_ms: self.next_after(now_ms),
             publish,
         }
@@ -480,22 +494,30 @@ mod tests {
     #[test]
     fn catch_up_publishes_the_latest_missed_runs() {
         let r = Recurrence::new(&spec("", Some(Duration::from_secs(1)), "")).unwrap();
+        // 15 s is on time at 15.5 s; 10 s to 14 s were missed: the latest two go.
         let due = r.due_runs(10_000, 15_500, 2);
-        assert_eq!(due.publish, [14_000, 15_000]);
-        assert_eq!(due.skipped, 4);
+        assert_eq!(due.publish, [13_000, 14_000, 15_000]);
+        assert_eq!((due.catch_up, due.skipped), (2, 3));
         assert_eq!(due.next_ms, Some(16_000));
         let due = r.due_runs(10_000, 15_500, 0);
-        assert_eq!(due.publish, [15_000]);
+        assert_eq!(due.publish, [14_000, 15_000]);
+        assert_eq!((due.catch_up, due.skipped), (1, 4));
+        // A replica waking less than a second late publishes every run due.
+        let due = r.due_runs(14_000, 15_000, 1);
+        assert_eq!(due.publish, [14_000, 15_000]);
+        assert_eq!((due.catch_up, due.skipped), (0, 0));
         let due = r.due_runs(16_000, 15_500, 1);
         assert!(due.publish.is_empty());
         assert_eq!(due.next_ms, Some(16_000));
         // A day and more of per-second runs: still the latest, and counted.
-        let due = r.due_runs(0, 3 * DAY_MS, 3);
+        let now = 3 * DAY_MS;
+        let due = r.due_runs(0, now, 3);
         assert_eq!(
             due.publish,
-            [3 * DAY_MS - 2000, 3 * DAY_MS - 1000, 3 * DAY_MS]
+            [now - 4000, now - 3000, now - 2000, now - 1000, now]
         );
-        assert_eq!(due.skipped, 3 * DAY_MS / 1000 + 1 - 3);
+        assert_eq!(due.catch_up, 3);
+        assert_eq!(due.skipped, now / 1000 + 1 - 5);
     }
 
     #[test]
