@@ -546,6 +546,26 @@ mod tests {
     }
 
     #[test]
+    fn an_expression_that_never_matches_has_no_next_run() {
+        // February 31st; and 02:30 on the last Sunday of March in Paris,
+        // which the clocks always skip.
+        for (expression, zone) in [("0 0 31 2 *", ""), ("30 2 * 3 0L", "Europe/Paris")] {
+            let r = Recurrence::new(&spec(expression, None, zone)).unwrap();
+            let started = std::time::Instant::now();
+            // chrono-tz's table of transitions ends before 2100.
+            let next = r.next_after(ms("2026-01-01T00:00:00Z"));
+            assert!(
+                next.is_none_or(|t| t >= ms("2100-01-01T00:00:00Z")),
+                "{expression}: {next:?}"
+            );
+            println!(
+                "{expression} {zone}: {next:?}, found in {:?}",
+                started.elapsed()
+            );
+        }
+    }
+
+    #[test]
     fn scheduled_times_are_rfc3339_in_utc() {
         assert_eq!(
             rfc3339_utc(ms("2026-03-29T01:00:00Z")),
