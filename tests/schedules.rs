@@ -706,3 +706,30 @@ async fn schedules_run_on_a_redis_cluster_on_topics_of_every_master() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn runs_publish_to_ephemeral_topics_live() {
+    let (_redis, server, mut client) = redis_server_and_client().await;
+    let mut admin = server.admin().await;
+    admin
+        .create_topic(pb::CreateTopicRequest {
+            name: "live".into(),
+            settings: Some(pb::TopicSettings {
+                kind: pb::TopicKind::Ephemeral.into(),
+                ..Default::default()
+            }),
+        })
+        .await
+        .unwrap();
+    let mut stream = subscribe(&mut client, "live", "watch", Sub::deadline(LONG)).await;
+    put(&mut admin, every("live", "beat", Duration::from_secs(1)))
+        .await
+        .unwrap();
+    let messages = receive(&mut stream, 2).await;
+    let nominal: Vec<i64> = messages.iter().take(2).map(nominal_ms).collect();
+    assert!(nominal[0] < nominal[1], "{nominal:?}");
+    assert_eq!(
+        messages[0].message.as_ref().unwrap().attributes["redq-schedule"],
+        "beat"
+    );
+}
