@@ -3,8 +3,8 @@
 # by step: list, describe, health, Publish, ScheduleDelayed (+ CancelScheduled),
 # Subscribe, Ack, the admin stats (AdminService GetTopic, GetSubscription),
 # PublishStream and StreamingSubscribe, an ordered subscription, a retried
-# request with its dedupe_id, an EPHEMERAL topic's pattern stream, and a LIST
-# topic consumed and acked.
+# request with its dedupe_id, an EPHEMERAL topic's pattern stream, a LIST
+# topic consumed and acked, and recurring schedules.
 # Any unexpected answer stops the script with a message and a non-zero exit.
 #
 #   REDQ_ADDR=localhost:50051 scripts/grpcurl-walkthrough.sh
@@ -335,14 +335,34 @@ LIST_ACK=$(jget '.messages[].ackId' <<<"$OUT")
 call "Ack (LIST)" -d '{"topic":"'"$LTOPIC"'","subscription":"mailer","ack_ids":["'"$LIST_ACK"'"]}' \
   "$ADDR" redq.v1.QueueService/Ack
 
+# Recurring schedules (README "Recurring schedules"): the README's nightly
+# schedule, then one every second, whose runs GetSchedule counts.
+STOPIC="$TOPIC-schedules"
+call "PutSchedule" -d '{"schedule":{"topic":"'"$STOPIC"'","name":"nightly","cron":"0 2 * * *",
+  "time_zone":"Europe/Paris","message":{"payload":"cnVu"}}}' "$ADDR" redq.v1.AdminService/PutSchedule
+expect '"name": "nightly"' '"timeZone": "Europe/Paris"' '"nextRun": "'
+call "PutSchedule (every)" -d '{"schedule":{"topic":"'"$STOPIC"'","name":"tick","every":"1s",
+  "message":{"payload":"dGljaw=="}}}' "$ADDR" redq.v1.AdminService/PutSchedule
+for _ in $(seq 1 40); do
+  call "GetSchedule" -d '{"topic":"'"$STOPIC"'","name":"tick"}' "$ADDR" redq.v1.AdminService/GetSchedule
+  [ "$(jget '.runs' <<<"$OUT")" != null ] && break
+  sleep 0.5
+done
+[ "$(jget '.runs' <<<"$OUT")" != null ] || fail "the schedule did not run within 20 s"
+expect '"lastRun": "'
+call "ListSchedules" -d '{"topic":"'"$STOPIC"'"}' "$ADDR" redq.v1.AdminService/ListSchedules
+equal "schedules in name order" "$(jget '.schedules[].name' <<<"$OUT" | tr '\n' ' ')" "nightly tick "
+call "DeleteSchedule" -d '{"topic":"'"$STOPIC"'","name":"tick"}' "$ADDR" redq.v1.AdminService/DeleteSchedule
+
 if [ "${REDQ_KEEP_TOPIC:-0}" != 1 ]; then
   call "DeleteTopic (clean up)" -d '{"name":"'"$TOPIC"'"}' "$ADDR" redq.v1.AdminService/DeleteTopic
   call "DeleteTopic (clean up)" -d '{"name":"'"$OTOPIC"'"}' "$ADDR" redq.v1.AdminService/DeleteTopic
   call "DeleteTopic (clean up)" -d '{"name":"'"$DTOPIC"'"}' "$ADDR" redq.v1.AdminService/DeleteTopic
   call "DeleteTopic (clean up)" -d '{"name":"'"$ETOPIC"'"}' "$ADDR" redq.v1.AdminService/DeleteTopic
   call "DeleteTopic (clean up)" -d '{"name":"'"$LTOPIC"'"}' "$ADDR" redq.v1.AdminService/DeleteTopic
+  call "DeleteTopic (clean up)" -d '{"name":"'"$STOPIC"'"}' "$ADDR" redq.v1.AdminService/DeleteTopic
 fi
 
 STEP=""
 echo
-echo "walkthrough: OK (list, describe, health, publish, schedule, cancel, subscribe, ack, admin stats, publish stream, streaming subscribe, ordering, idempotent publish, an EPHEMERAL pattern stream, a LIST topic)"
+echo "walkthrough: OK (list, describe, health, publish, schedule, cancel, subscribe, ack, admin stats, publish stream, streaming subscribe, ordering, idempotent publish, an EPHEMERAL pattern stream, a LIST topic, recurring schedules)"

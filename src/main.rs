@@ -45,6 +45,7 @@ async fn run(command: Command) -> ExitCode {
         Command::Publish(args) => redq::cli::publish(args).await,
         Command::Subscribe(args) => redq::cli::subscribe(args).await,
         Command::Schedule(args) => redq::cli::schedule(args).await,
+        Command::Schedules(args) => redq::cli::schedules(args).await,
         Command::Cancel(args) => redq::cli::cancel(args).await,
         Command::Topics(args) => redq::cli::topics(args).await,
         Command::Stats(args) => redq::cli::stats(args).await,

@@ -69,6 +69,7 @@ pub async fn run(
     );
     health.spawn_loop("redis-monitor", health.clone().run_monitor(store.clone()));
     health.spawn_loop("promoter", broker.promoter().run(stop.clone()));
+    health.spawn_loop("scheduler", broker.scheduler().run(stop.clone()));
     health.spawn_loop(
         "trimmer",
         retention::run_trimmer(

@@ -313,6 +313,51 @@ async fn call(server: &TestServer, rpc: &str, token: Option<&str>) -> Code {
             ))
             .await
             .map(|_| ()),
+        "PutSchedule" => a
+            .put_schedule(with_token(
+                pb::PutScheduleRequest {
+                    schedule: Some(pb::Schedule {
+                        topic,
+                        name: "nightly".into(),
+                        every: Some(pb_duration(Duration::from_secs(3600))),
+                        message: Some(message("m")),
+                        ..Default::default()
+                    }),
+                },
+                token,
+            ))
+            .await
+            .map(|_| ()),
+        "GetSchedule" => a
+            .get_schedule(with_token(
+                pb::GetScheduleRequest {
+                    topic,
+                    name: "nightly".into(),
+                },
+                token,
+            ))
+            .await
+            .map(|_| ()),
+        "ListSchedules" => a
+            .list_schedules(with_token(
+                pb::ListSchedulesRequest {
+                    topic,
+                    ..Default::default()
+                },
+                token,
+            ))
+            .await
+            .map(|_| ()),
+        "DeleteSchedule" => a
+            .delete_schedule(with_token(
+                pb::DeleteScheduleRequest {
+                    topic,
+                    name: "nightly".into(),
+                },
+                token,
+            ))
+            .await
+            .map(|_| ()),
         other => panic!("no such rpc {other}"),
     };
     match result {
@@ -347,6 +392,11 @@ async fn every_rpc_is_allowed_by_its_action_only() {
         ("PurgeDeadLetters", MANAGER),
         ("RedriveDeadLetters", MANAGER),
         ("Seek", MANAGER),
+        // A schedule holds the message it publishes: reading one needs manage too.
+        ("PutSchedule", MANAGER),
+        ("GetSchedule", MANAGER),
+        ("ListSchedules", MANAGER),
+        ("DeleteSchedule", MANAGER),
     ];
     let tokens = [PUBLISHER, BILLING, VIEWER, BROWSER, MANAGER, OPS];
     let mut wrong = Vec::new();

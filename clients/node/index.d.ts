@@ -134,6 +134,52 @@ export declare class AdminClient {
   ): Promise<{ redriven: number }>;
   purgeDeadLetters(request: { topic: string; subscription: string; deadLetterIds?: string[] }, timeout?: number): Promise<{ purged: number }>;
   seek(request: { topic: string; subscription: string; time?: TimestampInput; messageId?: string }, timeout?: number): Promise<{}>;
+  /** Creates a recurring schedule, or replaces the one of its topic and name (docs/schedules.md). */
+  putSchedule(request: { schedule: ScheduleInput }, timeout?: number): Promise<Schedule>;
+  getSchedule(request: { topic: string; name: string }, timeout?: number): Promise<Schedule>;
+  listSchedules(
+    request: { topic: string; pageSize?: number; pageToken?: string },
+    timeout?: number,
+  ): Promise<{ schedules: Schedule[]; nextPageToken: string }>;
+  deleteSchedule(request: { topic: string; name: string }, timeout?: number): Promise<{}>;
+}
+
+/** What each run of a schedule publishes. */
+export interface ScheduleMessageInput {
+  payload: Buffer | Uint8Array;
+  attributes?: Record<string, string>;
+  orderingKey?: string;
+}
+
+/** A recurring schedule to put: exactly one of `cron` (in `timeZone`) and `every`. */
+export interface ScheduleInput {
+  topic: string;
+  name: string;
+  cron?: string;
+  every?: DurationInput;
+  timeZone?: string;
+  message: ScheduleMessageInput;
+  startTime?: TimestampInput;
+  endTime?: TimestampInput;
+  paused?: boolean;
+  catchUp?: number;
+}
+
+/** A recurring schedule as the server reports it; nextRun is null while paused or finished. */
+export interface Schedule {
+  topic: string;
+  name: string;
+  cron: string;
+  every: ProtoTime | null;
+  timeZone: string;
+  message: { payload: Buffer; attributes: Record<string, string>; orderingKey: string };
+  startTime: ProtoTime | null;
+  endTime: ProtoTime | null;
+  paused: boolean;
+  catchUp: number;
+  nextRun: ProtoTime | null;
+  lastRun: ProtoTime | null;
+  runs: number;
 }
 
 /** What a topic keeps its messages in, set by createTopic only (README, "Topic kinds"). */
@@ -191,6 +237,9 @@ export interface SubscriptionSettings {
   start?: StartPositionName;
   messageOrdering?: boolean;
   maxBlocked?: number | string;
+  maxDeliveriesPerSecond?: number;
+  burst?: number;
+  maxOutstanding?: number;
 }
 
 /** SubscriptionSettings in a request: durations in ms (or {seconds, nanos}). */
@@ -202,6 +251,9 @@ export interface SubscriptionSettingsInput {
   start?: StartPositionName;
   messageOrdering?: boolean;
   maxBlocked?: number | string;
+  maxDeliveriesPerSecond?: number;
+  burst?: number;
+  maxOutstanding?: number;
 }
 
 export interface SubscriptionInfo {

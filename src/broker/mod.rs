@@ -21,6 +21,8 @@ mod pubsub_records;
 pub mod registry_repair;
 pub mod retention;
 mod samples;
+pub mod scheduler;
+mod schedules;
 mod sessions;
 pub mod wakeups;
 
@@ -45,6 +47,7 @@ use delivery::DeliveryLoop;
 use promoter::{Promoter, PromotionTimers};
 use publish_batches::PublishBatches;
 use retention::MemoryGuard;
+use scheduler::{RunTimers, Scheduler};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -73,6 +76,8 @@ pub struct Broker {
     store: Store,
     wakeups: Wakeups,
     promotions: Arc<PromotionTimers>,
+    /// When this replica's scheduler next has recurring schedules to run.
+    run_timers: Arc<RunTimers>,
     /// Topics registered lately, so that publishing does not register on every call.
     known_topics: Arc<Mutex<HashMap<String, Instant>>>,
     dedupe_window: Duration,
@@ -132,6 +137,7 @@ impl Broker {
         Self {
             wakeups: Wakeups::new(store.clone(), promotions.clone()),
             promotions,
+            run_timers: Arc::default(),
             store,
             known_topics: Arc::default(),
             dedupe_window: settings.dedupe_window,
@@ -186,6 +192,11 @@ impl Broker {
     /// The background loop that promotes this broker's scheduled messages.
     pub fn promoter(&self) -> Promoter {
         Promoter::new(self.store.clone(), self.promotions.clone())
+    }
+
+    /// The background loop that runs recurring schedules.
+    pub fn scheduler(&self) -> Scheduler {
+        Scheduler::new(self.clone())
     }
 
     /// Publishes messages to `topic`, creating it on first use: appended now,

@@ -517,6 +517,7 @@ fn json_line(received: &pb::ReceivedMessage) -> String {
 /// id and due time.
 pub async fn schedule(args: ScheduleArgs) -> Result<(), BoxError> {
     let ScheduleArgs {
+        recurring,
         topic,
         payload,
         delay,
@@ -524,6 +525,13 @@ pub async fn schedule(args: ScheduleArgs) -> Result<(), BoxError> {
         message,
         server,
     } = args;
+    if let Some(command) = recurring {
+        return super::schedules::recurring(command).await;
+    }
+    // clap requires both unless a subcommand is given.
+    let (Some(topic), Some(payload)) = (topic, payload) else {
+        return Err("schedule: TOPIC and PAYLOAD are required".into());
+    };
     let message = pb::PublishMessage {
         payload: payload.into_bytes().into(),
         ..template(&message, None)?

@@ -1,5 +1,5 @@
 //! The client subcommands for humans (`publish`, `subscribe`, `schedule`,
-//! `cancel`, `topics`, `stats`, `dlq`): each talks gRPC to a running server and
+//! `schedules`, `cancel`, `topics`, `stats`, `dlq`): each talks gRPC to a running server and
 //! prints to stdout. Errors come back as one line: the gRPC status code's name
 //! and its message.
 
@@ -7,13 +7,14 @@ mod admin;
 mod format;
 pub(crate) use format::progress_bar;
 mod messages;
+mod schedules;
 mod token;
 
 pub use token::create_token;
 
 use crate::config::{
-    CancelArgs, ClientTls, DlqArgs, DlqCommand, PublishArgs, ScheduleArgs, StatsArgs,
-    SubscribeArgs, TopicsArgs,
+    CancelArgs, ClientTls, DlqArgs, DlqCommand, PublishArgs, ScheduleArgs, SchedulesArgs,
+    StatsArgs, SubscribeArgs, TopicsArgs,
 };
 use crate::error::BoxError;
 use crate::pb::admin_service_client::AdminServiceClient;
@@ -42,6 +43,11 @@ pub async fn subscribe(args: SubscribeArgs) -> Result<(), BoxError> {
 /// `redq schedule`.
 pub async fn schedule(args: ScheduleArgs) -> Result<(), BoxError> {
     unless_stdout_closed(messages::schedule(args).await)
+}
+
+/// `redq schedules`.
+pub async fn schedules(args: SchedulesArgs) -> Result<(), BoxError> {
+    unless_stdout_closed(schedules::list(args).await)
 }
 
 /// `redq cancel`.

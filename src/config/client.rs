@@ -124,12 +124,21 @@ pub enum StartArg {
 }
 
 #[derive(Debug, Args)]
-#[command(group = clap::ArgGroup::new("due").required(true).args(["delay", "at"]))]
+#[command(
+    group = clap::ArgGroup::new("due").required(true).args(["delay", "at"]),
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true
+)]
 pub struct ScheduleArgs {
+    /// Create, replace or delete a recurring schedule instead.
+    #[command(subcommand)]
+    pub recurring: Option<RecurringCommand>,
     /// Topic to publish to (created on first use).
-    pub topic: String,
+    #[arg(required = true)]
+    pub topic: Option<String>,
     /// The message.
-    pub payload: String,
+    #[arg(required = true)]
+    pub payload: Option<String>,
     /// Deliver after this delay (e.g. 90s, 1h 30m).
     #[arg(long, value_parser = humantime::parse_duration)]
     pub delay: Option<Duration>,
@@ -138,6 +147,74 @@ pub struct ScheduleArgs {
     pub at: Option<prost_types::Timestamp>,
     #[command(flatten)]
     pub message: MessageArgs,
+    #[command(flatten)]
+    pub server: ServerArg,
+}
+
+/// `redq schedule put|delete`: recurring schedules.
+#[derive(Debug, Subcommand)]
+pub enum RecurringCommand {
+    /// Create a recurring schedule, or replace the one of that name.
+    Put(SchedulePutArgs),
+    /// Delete a recurring schedule.
+    Delete(ScheduleNameArgs),
+}
+
+#[derive(Debug, Args)]
+#[command(group = clap::ArgGroup::new("when").required(true).args(["cron", "every"]))]
+pub struct SchedulePutArgs {
+    /// Topic each run publishes to (created on first use).
+    pub topic: String,
+    /// The schedule's name within the topic.
+    pub name: String,
+    /// Cron expression: 5 fields, or 6 with seconds first.
+    #[arg(long)]
+    pub cron: Option<String>,
+    /// Run at fixed intervals (e.g. 30s, 1h) from --start or the Unix epoch.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub every: Option<Duration>,
+    /// IANA time zone of --cron (default UTC).
+    #[arg(long, default_value = "")]
+    pub time_zone: String,
+    /// The payload each run publishes.
+    #[arg(long)]
+    pub payload: String,
+    /// No runs before this time, RFC 3339.
+    #[arg(long, value_name = "RFC3339", value_parser = parse_timestamp)]
+    pub start: Option<prost_types::Timestamp>,
+    /// No runs after this time, RFC 3339.
+    #[arg(long, value_name = "RFC3339", value_parser = parse_timestamp)]
+    pub end: Option<prost_types::Timestamp>,
+    /// Put it paused: no runs until put again without --paused.
+    #[arg(long)]
+    pub paused: bool,
+    /// Runs missed while no replica ran that are published, at most (default 1).
+    #[arg(long, default_value_t = 0)]
+    pub catch_up: u32,
+    /// Attribute KEY=VALUE of each run's message (repeatable).
+    #[arg(long = "attr", value_name = "KEY=VALUE", value_parser = parse_attribute)]
+    pub attributes: Vec<(String, String)>,
+    /// Ordering key of each run's message.
+    #[arg(long, value_name = "KEY")]
+    pub ordering_key: Option<String>,
+    #[command(flatten)]
+    pub server: ServerArg,
+}
+
+#[derive(Debug, Args)]
+pub struct ScheduleNameArgs {
+    /// Topic of the schedule.
+    pub topic: String,
+    /// The schedule's name.
+    pub name: String,
+    #[command(flatten)]
+    pub server: ServerArg,
+}
+
+#[derive(Debug, Args)]
+pub struct SchedulesArgs {
+    /// Topic whose recurring schedules to list.
+    pub topic: String,
     #[command(flatten)]
     pub server: ServerArg,
 }

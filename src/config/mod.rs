@@ -11,8 +11,9 @@ mod server;
 
 pub use bench::{BenchArgs, BenchScenario};
 pub use client::{
-    CancelArgs, ClientTls, DlqArgs, DlqCommand, DlqTarget, MessageArgs, PublishArgs, ScheduleArgs,
-    ServerArg, StartArg, StatsArgs, SubscribeArgs, TokenCommand, TokenCreateArgs, TopicsArgs,
+    CancelArgs, ClientTls, DlqArgs, DlqCommand, DlqTarget, MessageArgs, PublishArgs,
+    RecurringCommand, ScheduleArgs, ScheduleNameArgs, SchedulePutArgs, SchedulesArgs, ServerArg,
+    StartArg, StatsArgs, SubscribeArgs, TokenCommand, TokenCreateArgs, TopicsArgs,
 };
 pub use dashboard::Dashboard;
 pub use secret::Secret;
@@ -52,8 +53,11 @@ pub enum Command {
     Publish(PublishArgs),
     /// Print the messages of a subscription as they arrive.
     Subscribe(SubscribeArgs),
-    /// Publish one message to be delivered later.
+    /// Publish one message to be delivered later; `schedule put|delete`
+    /// manage recurring schedules.
     Schedule(ScheduleArgs),
+    /// List a topic's recurring schedules with their next runs.
+    Schedules(SchedulesArgs),
     /// Cancel a scheduled message that is not yet due.
     Cancel(CancelArgs),
     /// List the topics.

@@ -269,4 +269,56 @@ impl AdminService for AdminApi {
         self.broker.seek(&topic, &subscription, &target).await?;
         Ok(Response::new(pb::SeekResponse {}))
     }
+
+    async fn put_schedule(
+        &self,
+        request: Request<pb::PutScheduleRequest>,
+    ) -> Result<Response<pb::Schedule>, Status> {
+        let pb::PutScheduleRequest { schedule } = self.admit(request, Action::Manage)?;
+        let (topic, name, spec) = convert::schedule_spec(schedule, &self.limits)?;
+        let schedule = self.broker.put_schedule(&topic, &name, spec).await?;
+        Ok(Response::new(convert::schedule_pb(&topic, schedule)))
+    }
+
+    async fn get_schedule(
+        &self,
+        request: Request<pb::GetScheduleRequest>,
+    ) -> Result<Response<pb::Schedule>, Status> {
+        // Manage, not View: a schedule holds the message it publishes.
+        let pb::GetScheduleRequest { topic, name } = self.admit(request, Action::Manage)?;
+        let schedule = self.broker.schedule(&topic, &name).await?;
+        Ok(Response::new(convert::schedule_pb(&topic, schedule)))
+    }
+
+    async fn list_schedules(
+        &self,
+        request: Request<pb::ListSchedulesRequest>,
+    ) -> Result<Response<pb::ListSchedulesResponse>, Status> {
+        let pb::ListSchedulesRequest {
+            topic,
+            page_size,
+            page_token,
+        } = self.admit(request, Action::Manage)?;
+        let (page_size, after) = convert::schedule_page(page_size, &page_token)?;
+        let (schedules, next) = self
+            .broker
+            .schedules(&topic, after.as_deref(), page_size)
+            .await?;
+        Ok(Response::new(pb::ListSchedulesResponse {
+            schedules: schedules
+                .into_iter()
+                .map(|schedule| convert::schedule_pb(&topic, schedule))
+                .collect(),
+            next_page_token: next.unwrap_or_default(),
+        }))
+    }
+
+    async fn delete_schedule(
+        &self,
+        request: Request<pb::DeleteScheduleRequest>,
+    ) -> Result<Response<pb::DeleteScheduleResponse>, Status> {
+        let pb::DeleteScheduleRequest { topic, name } = self.admit(request, Action::Manage)?;
+        self.broker.delete_schedule(&topic, &name).await?;
+        Ok(Response::new(pb::DeleteScheduleResponse {}))
+    }
 }

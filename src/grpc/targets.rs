@@ -58,6 +58,41 @@ targets! {
     pb::RedriveDeadLettersRequest => subscription(topic, subscription);
     pb::PurgeDeadLettersRequest => subscription(topic, subscription);
     pb::SeekRequest => subscription(topic, subscription);
+    pb::ListSchedulesRequest => topic(topic);
+}
+
+/// A schedule's request names its topic and the schedule, whose name
+/// follows the rules of topic names.
+macro_rules! schedule_targets {
+    ($($request:ty),+) => {
+        $(impl Target for $request {
+            fn target(&self) -> Resource<'_> {
+                Resource::topic(&self.topic)
+            }
+
+            fn names(&self) -> Vec<(&'static str, &str)> {
+                vec![("topic", &self.topic), ("name", &self.name)]
+            }
+        })+
+    };
+}
+
+schedule_targets!(pb::GetScheduleRequest, pb::DeleteScheduleRequest);
+
+/// PutSchedule carries its names inside the schedule; a request without one
+/// targets no topic and fails the name check.
+impl Target for pb::PutScheduleRequest {
+    fn target(&self) -> Resource<'_> {
+        Resource::topic(self.schedule.as_ref().map_or("", |s| s.topic.as_str()))
+    }
+
+    fn names(&self) -> Vec<(&'static str, &str)> {
+        let (topic, name) = self
+            .schedule
+            .as_ref()
+            .map_or(("", ""), |s| (s.topic.as_str(), s.name.as_str()));
+        vec![("schedule.topic", topic), ("schedule.name", name)]
+    }
 }
 
 /// A Subscribe request names a topic, or a pattern of EPHEMERAL topics

@@ -92,6 +92,9 @@ struct Inner {
     published: Family<TopicLabels, Counter>,
     scheduled: Family<TopicLabels, Counter>,
     duplicates: Family<TopicLabels, Counter>,
+    schedule_runs: Family<TopicLabels, Counter>,
+    schedule_catch_up_runs: Family<TopicLabels, Counter>,
+    schedule_skipped_runs: Family<TopicLabels, Counter>,
     ephemeral_delivered: Family<TopicLabels, Counter>,
     ephemeral_dropped: Family<TopicLabels, Counter>,
     delivered: Family<SubscriptionLabels, Counter>,
@@ -139,6 +142,9 @@ impl Metrics {
             ephemeral_dropped: Family::default(),
             scheduled: Family::default(),
             duplicates: Family::default(),
+            schedule_runs: Family::default(),
+            schedule_catch_up_runs: Family::default(),
+            schedule_skipped_runs: Family::default(),
             delivered: Family::default(),
             redelivered: Family::default(),
             acked: Family::default(),
@@ -196,6 +202,21 @@ impl Metrics {
             "redq_messages_duplicate",
             "Published messages dropped as duplicates of a dedupe_id",
             inner.duplicates.clone(),
+        );
+        r.register(
+            "redq_schedule_runs",
+            "Runs of recurring schedules this replica published, catch-up runs included",
+            inner.schedule_runs.clone(),
+        );
+        r.register(
+            "redq_schedule_catch_up_runs",
+            "Of those, runs published for nominal times missed while no replica ran",
+            inner.schedule_catch_up_runs.clone(),
+        );
+        r.register(
+            "redq_schedule_skipped_runs",
+            "Missed runs of recurring schedules not published: more than the schedule's catch_up",
+            inner.schedule_skipped_runs.clone(),
         );
         r.register(
             "redq_messages_delivered",
@@ -384,6 +405,22 @@ impl Metrics {
         }
         if duplicates > 0 {
             inner.duplicates.get_or_create(&labels).inc_by(duplicates);
+        }
+    }
+
+    /// Counts one pass of a recurring schedule on `topic`: runs published
+    /// (`catch_up` of them for missed nominal times) and missed runs skipped.
+    pub fn schedule_ran(&self, topic: &str, runs: u64, catch_up: u64, skipped: u64) {
+        let labels = self.topic_labels(topic);
+        let inner = &self.inner;
+        for (family, count) in [
+            (&inner.schedule_runs, runs),
+            (&inner.schedule_catch_up_runs, catch_up),
+            (&inner.schedule_skipped_runs, skipped),
+        ] {
+            if count > 0 {
+                family.get_or_create(&labels).inc_by(count);
+            }
         }
     }
 

@@ -9,6 +9,7 @@ mod filter;
 mod lease;
 mod message;
 mod pattern;
+mod schedule;
 mod subscription;
 mod topic;
 
@@ -22,6 +23,10 @@ pub use message::{
     parse_entry_id,
 };
 pub use pattern::Pattern;
+pub use schedule::{
+    DueRuns, MAX_CATCH_UP, Recurrence, RecurrenceError, SCHEDULE_ATTRIBUTE,
+    SCHEDULED_TIME_ATTRIBUTE, Schedule, ScheduleMessage, ScheduleSpec, ScheduleState, rfc3339_utc,
+};
 pub use subscription::{
     ConsumerStats, DEFAULT_MAX_BLOCKED, DeliveryLimits, GroupStart, ORDERED_MAX_DELIVERY_ATTEMPTS,
     OrderingStats, RetryPolicy, SubscriptionSettings, SubscriptionStats, SubscriptionUpdate,

@@ -12,6 +12,10 @@ pub const TOPICS: &str = "redq:topics";
 /// HASH of the Redis lists that LIST topics consume: list key → topic.
 pub const LISTS: &str = "redq:lists";
 
+/// ZSET (all scores 0) of the topics that have had recurring schedules, so
+/// that replicas look for due runs in those only.
+pub const SCHEDULED_TOPICS: &str = "redq:schedules";
+
 /// Pub/Sub channel on which replicas hint each other that work is ready.
 pub const HINTS_CHANNEL: &str = "redq:hints";
 
@@ -130,6 +134,23 @@ impl TopicKeys {
         format!("redq:{{{}}}:scheduled:msgs", self.topic)
     }
 
+    /// ZSET (all scores 0, so ordered by name) of the topic's recurring schedules.
+    pub fn schedules(&self) -> String {
+        format!("redq:{{{}}}:schedules", self.topic)
+    }
+
+    /// ZSET of the recurring schedules that will run: name → next nominal
+    /// time (ms). Paused and finished schedules are not in it.
+    pub fn schedules_due(&self) -> String {
+        format!("redq:{{{}}}:schedules:due", self.topic)
+    }
+
+    /// HASH of one recurring schedule: `spec` (protobuf), `v` (version,
+    /// bumped by every change), `next`, `last` (ms) and `runs`.
+    pub fn schedule(&self, name: &str) -> String {
+        format!("redq:{{{}}}:schedule:{}", self.topic, name)
+    }
+
     /// STRING holding the id of the message published with `dedupe_id`,
     /// expiring with the dedupe window.
     pub fn dedupe(&self, dedupe_id: &str) -> String {
@@ -232,6 +253,9 @@ mod tests {
             keys.watchers(),
             keys.staging(),
             keys.samples("billing"),
+            keys.schedules(),
+            keys.schedules_due(),
+            keys.schedule("nightly"),
         ];
         all.extend(keys.lease_keys("billing"));
         for key in &all {

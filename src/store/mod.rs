@@ -15,6 +15,7 @@ mod pubsub_records;
 mod replies;
 pub mod samples;
 pub mod scheduled;
+pub mod schedules;
 mod scripts;
 pub mod sessions;
 pub mod stream;

@@ -172,6 +172,11 @@ script!(REDRIVE_DEAD_LETTERS, "redrive_dead_letters.lua", with_lib);
 script!(WATCH_TOPIC, "watch_topic.lua", with_lib);
 script!(SEEK, "seek.lua", with_lib);
 script!(TRIM_STREAM, "trim_stream.lua", with_lib);
+script!(READ_SCHEDULE, "read_schedule.lua", with_lib);
+script!(PUT_SCHEDULE, "put_schedule.lua");
+script!(RUN_SCHEDULE, "run_schedule.lua");
+script!(DELETE_SCHEDULE, "delete_schedule.lua");
+script!(DUE_SCHEDULES, "due_schedules.lua", with_lib);
 
 #[cfg(test)]
 mod tests {

@@ -349,6 +349,7 @@ impl Store {
         for subscription in self.subscriptions(keys).await? {
             self.delete_subscription(keys, &subscription).await?;
         }
+        self.delete_schedules(keys).await?;
         let mut conn = self.connection().await?;
         // The topic's keys, then the registry (another slot on a cluster, so
         // another call): a crash between the two leaves a registered topic

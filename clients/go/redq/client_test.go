@@ -1,5 +1,5 @@
 // Tests of the Client against a live redq: schedule, cancel, reschedule,
-// and the AdminService through the generated stubs.
+// and the AdminService through the generated stubs, recurring schedules included.
 
 package redq
 
@@ -7,6 +7,10 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	redqv1 "github.com/redq-dev/redq/clients/go/redq/v1"
 )
@@ -75,6 +79,57 @@ func TestAdminThroughStubs(t *testing.T) {
 	}
 	if sub := subscription(t, c, topic, "audit"); sub.Stats.Lag != 2 {
 		t.Fatalf("subscription lag %d, want 2", sub.Stats.Lag)
+	}
+	if _, err := c.Admin().DeleteTopic(ctx, &redqv1.DeleteTopicRequest{Name: topic}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRecurringSchedulesThroughStubs(t *testing.T) {
+	c := dial(t)
+	topic := newTopic(t)
+	ctx := waitCtx(t, 20*time.Second)
+	put, err := c.Admin().PutSchedule(ctx, &redqv1.PutScheduleRequest{Schedule: &redqv1.Schedule{
+		Topic:   topic,
+		Name:    "tick",
+		Every:   durationpb.New(time.Second),
+		Message: &redqv1.PublishMessage{Payload: []byte("tick"), Attributes: map[string]string{"a": "b"}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if put.NextRun == nil || put.Runs != 0 {
+		t.Fatalf("PutSchedule: %v", put)
+	}
+	for {
+		got, err := c.Admin().GetSchedule(ctx, &redqv1.GetScheduleRequest{Topic: topic, Name: "tick"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Runs >= 1 && got.LastRun != nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	list, err := c.Admin().ListSchedules(ctx, &redqv1.ListSchedulesRequest{Topic: topic})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Schedules) != 1 || list.Schedules[0].Name != "tick" || list.NextPageToken != "" {
+		t.Fatalf("ListSchedules: %v", list)
+	}
+	if _, err := c.Admin().DeleteSchedule(ctx, &redqv1.DeleteScheduleRequest{Topic: topic, Name: "tick"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Admin().DeleteSchedule(ctx, &redqv1.DeleteScheduleRequest{Topic: topic, Name: "tick"})
+	if status.Code(err) != codes.NotFound {
+		t.Fatalf("DeleteSchedule of a deleted schedule: %v, want NOT_FOUND", err)
+	}
+	_, err = c.Admin().PutSchedule(ctx, &redqv1.PutScheduleRequest{Schedule: &redqv1.Schedule{
+		Topic: topic, Name: "bad", Cron: "61 * * * *", Message: &redqv1.PublishMessage{Payload: []byte("x")},
+	}})
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("PutSchedule with a bad cron: %v, want INVALID_ARGUMENT", err)
 	}
 	if _, err := c.Admin().DeleteTopic(ctx, &redqv1.DeleteTopicRequest{Name: topic}); err != nil {
 		t.Fatal(err)

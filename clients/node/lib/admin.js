@@ -15,7 +15,8 @@ const PROTO_TIME_FIELDS = Object.freeze(['seconds', 'nanos']);
  * lowerCamelCase: createTopic, getTopic, listTopics, updateTopic,
  * deleteTopic, createSubscription, getSubscription, listSubscriptions,
  * updateSubscription, deleteSubscription, listDeadLetters,
- * redriveDeadLetters, purgeDeadLetters, seek. Requests and responses are the
+ * redriveDeadLetters, purgeDeadLetters, seek, putSchedule, getSchedule,
+ * listSchedules, deleteSchedule. Requests and responses are the
  * messages of admin.proto in camelCase (proto-loader objects: 64-bit numbers
  * as numbers, enums as their names). In requests, a Duration is a number of
  * ms or {seconds, nanos}, a Timestamp a Date, ms since the epoch or
@@ -60,6 +61,11 @@ function convertMessage(definition, pkg, type, value, path) {
     const field = fields.get(key);
     if (v === undefined || v === null || field.type !== 'TYPE_MESSAGE') {
       out[key] = v;
+    } else if (isMap(type, field)) {
+      // A map (a schedule's message attributes): an object of strings, as
+      // proto-loader takes it.
+      if (typeof v !== 'object' || Array.isArray(v)) throw new TypeError(`${path}.${key}: must be an object`);
+      out[key] = v;
     } else if (field.label === 'LABEL_REPEATED') {
       if (!Array.isArray(v)) throw new TypeError(`${path}.${key}: must be an array`);
       out[key] = v.map((item, i) => convertField(definition, pkg, field, item, `${path}.${key}[${i}]`));
@@ -68,6 +74,14 @@ function convertMessage(definition, pkg, type, value, path) {
     }
   }
   return out;
+}
+
+// Whether `field` of `type` is a map: a repeated field of the nested
+// message type that protoc generates for it, marked map_entry.
+function isMap(type, field) {
+  if (field.label !== 'LABEL_REPEATED') return false;
+  const entry = field.typeName.split('.').pop();
+  return (type.nestedType ?? []).some((nested) => nested.name === entry && nested.options?.mapEntry);
 }
 
 function convertField(definition, pkg, field, value, path) {

@@ -112,6 +112,31 @@ test('admin: create, list and delete a topic and a subscription', async () => {
   assert.equal(err.code, status.NOT_FOUND);
 });
 
+test('admin: recurring schedules are put, run, listed and deleted', async () => {
+  const topic = unique('node-schedules');
+  const tick = await client.admin.putSchedule({
+    schedule: { topic, name: 'tick', every: 1_000, message: { payload: Buffer.from('tick'), attributes: { a: 'b' } } },
+  });
+  assert.deepEqual(tick.every, { seconds: 1, nanos: 0 });
+  assert.ok(tick.nextRun, 'a next run');
+  const nightly = await client.admin.putSchedule({
+    schedule: { topic, name: 'nightly', cron: '0 2 * * *', timeZone: 'Europe/Paris', paused: true, message: { payload: Buffer.from('run') } },
+  });
+  assert.equal(nightly.nextRun, null);
+  await waitFor(async () => (await client.admin.getSchedule({ topic, name: 'tick' })).runs >= 1, 'a run of tick');
+  const first = await client.admin.listSchedules({ topic, pageSize: 1 });
+  assert.deepEqual([first.schedules.map((s) => s.name), first.nextPageToken], [['nightly'], 'nightly']);
+  const last = await client.admin.listSchedules({ topic, pageToken: first.nextPageToken });
+  assert.deepEqual([last.schedules.map((s) => s.name), last.nextPageToken], [['tick'], '']);
+  await client.admin.deleteSchedule({ topic, name: 'tick' });
+  const err = await client.admin.getSchedule({ topic, name: 'tick' }).catch((e) => e);
+  assert.equal(err.code, status.NOT_FOUND);
+  const bad = await client.admin.putSchedule({ schedule: { topic, name: 'bad', cron: '61 * * * *', message: { payload: Buffer.from('x') } } }).catch((e) => e);
+  assert.equal(bad.code, status.INVALID_ARGUMENT);
+  assert.match(bad.message, /schedule\.cron: field 1 \(minute\)/);
+  await client.admin.deleteTopic({ name: topic });
+});
+
 test('errors carry the gRPC code and the server message', async () => {
   const err = await client.schedule('not a topic!', Buffer.from('x'), { delay: 1 }).catch((e) => e);
   assert.ok(err instanceof RedqError);

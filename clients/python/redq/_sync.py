@@ -554,3 +554,7 @@ class Client:
     redrive_dead_letters = _blocking(_client.Client.redrive_dead_letters)
     purge_dead_letters = _blocking(_client.Client.purge_dead_letters)
     seek = _blocking(_client.Client.seek)
+    put_schedule = _blocking(_client.Client.put_schedule)
+    get_schedule = _blocking(_client.Client.get_schedule)
+    list_schedules = _blocking(_client.Client.list_schedules)
+    delete_schedule = _blocking(_client.Client.delete_schedule)

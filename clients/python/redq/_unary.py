@@ -65,6 +65,10 @@ def topics_page(response: Any) -> admin.Page[admin.Topic]:
     return admin.Page([admin.Topic.from_proto(t) for t in response.topics], response.next_page_token)
 
 
+def schedules_page(response: Any) -> admin.Page[admin.Schedule]:
+    return admin.Page([admin.Schedule.from_proto(s) for s in response.schedules], response.next_page_token)
+
+
 def dead_letters_page(response: Any) -> admin.Page[admin.DeadLetter]:
     return admin.Page([admin.DeadLetter.from_proto(d) for d in response.dead_letters], response.next_page_token)
 

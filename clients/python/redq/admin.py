@@ -1,5 +1,5 @@
 """The plain types the Client's admin methods return (and take): topics,
-subscriptions, their settings and stats, dead letters.
+subscriptions, their settings and stats, dead letters, recurring schedules.
 
 Durations are datetime.timedelta and times timezone-aware UTC datetimes; a
 setting the server did not report (or an admin call should leave as it is)
@@ -147,6 +147,9 @@ class SubscriptionSettings:
     start: Optional[str] = None
     message_ordering: Optional[bool] = None
     max_blocked: Optional[int] = None
+    max_deliveries_per_second: Optional[float] = None
+    burst: Optional[int] = None
+    max_outstanding: Optional[int] = None
 
     @classmethod
     def from_proto(cls, message: admin_pb2.SubscriptionSettings) -> SubscriptionSettings:
@@ -157,7 +160,10 @@ class SubscriptionSettings:
                    dead_lettering=_optional(message, "dead_lettering"),
                    start=_START_NAMES.get(message.start),
                    message_ordering=_optional(message, "message_ordering"),
-                   max_blocked=_optional(message, "max_blocked"))
+                   max_blocked=_optional(message, "max_blocked"),
+                   max_deliveries_per_second=_optional(message, "max_deliveries_per_second"),
+                   burst=_optional(message, "burst"),
+                   max_outstanding=_optional(message, "max_outstanding"))
 
     def to_proto(self) -> admin_pb2.SubscriptionSettings:
         message = admin_pb2.SubscriptionSettings()
@@ -168,7 +174,8 @@ class SubscriptionSettings:
             if not isinstance(policy, RetryPolicy):
                 policy = RetryPolicy(*policy)
             message.retry_policy.CopyFrom(policy.to_proto())
-        for field in ("max_delivery_attempts", "dead_lettering", "message_ordering", "max_blocked"):
+        for field in ("max_delivery_attempts", "dead_lettering", "message_ordering", "max_blocked",
+                      "max_deliveries_per_second", "burst", "max_outstanding"):
             value = getattr(self, field)
             if value is not None:
                 setattr(message, field, value)
@@ -216,6 +223,8 @@ class SubscriptionStats:
     blocked: int = 0  # ordered: entries waiting for their key
     oldest_blocked_age: Optional[datetime.timedelta] = None
     at_blocked_cap: bool = False
+    rate_limited: bool = False  # the token bucket holds back deliveries
+    at_max_outstanding: bool = False  # max_outstanding messages are leased
 
     @classmethod
     def from_proto(cls, message: admin_pb2.SubscriptionStats) -> SubscriptionStats:
@@ -225,7 +234,8 @@ class SubscriptionStats:
                    dead_letters=message.dead_letters, acked_count=message.acked_count,
                    active_keys=message.active_keys, blocked=message.blocked,
                    oldest_blocked_age=_duration(message, "oldest_blocked_age"),
-                   at_blocked_cap=message.at_blocked_cap)
+                   at_blocked_cap=message.at_blocked_cap, rate_limited=message.rate_limited,
+                   at_max_outstanding=message.at_max_outstanding)
 
 
 @dataclasses.dataclass
@@ -281,6 +291,41 @@ class DeadLetter:
 
 
 @dataclasses.dataclass
+class Schedule:
+    """A recurring schedule (docs/schedules.md): `cron` (with `time_zone`) or `every`, what each run
+    publishes (`payload`, `attributes`, `ordering_key`), and, set by the server, `next_run`
+    (None while paused or finished), `last_run` and `runs`."""
+
+    topic: str
+    name: str
+    cron: str
+    every: Optional[datetime.timedelta]
+    time_zone: str
+    payload: bytes
+    attributes: Dict[str, str]
+    ordering_key: str
+    start_time: Optional[datetime.datetime]
+    end_time: Optional[datetime.datetime]
+    paused: bool
+    catch_up: int
+    next_run: Optional[datetime.datetime]
+    last_run: Optional[datetime.datetime]
+    runs: int
+
+    @classmethod
+    def from_proto(cls, message: admin_pb2.Schedule) -> Schedule:
+        def time(field: str) -> Optional[datetime.datetime]:
+            return _common.from_timestamp(getattr(message, field)) if message.HasField(field) else None
+
+        return cls(topic=message.topic, name=message.name, cron=message.cron, every=_duration(message, "every"),
+                   time_zone=message.time_zone, payload=message.message.payload,
+                   attributes=dict(message.message.attributes), ordering_key=message.message.ordering_key,
+                   start_time=time("start_time"), end_time=time("end_time"), paused=message.paused,
+                   catch_up=message.catch_up, next_run=time("next_run"), last_run=time("last_run"),
+                   runs=message.runs)
+
+
+@dataclasses.dataclass
 class Page(Generic[T]):
     """One page of a list: `items`, and the token of the next page ("" on the last)."""
 
@@ -288,5 +333,5 @@ class Page(Generic[T]):
     next_page_token: str
 
 
-__all__ = ["ConsumerStats", "DeadLetter", "Page", "PublishedMessage", "RetryPolicy", "Subscription",
+__all__ = ["ConsumerStats", "DeadLetter", "Page", "PublishedMessage", "RetryPolicy", "Schedule", "Subscription",
            "SubscriptionSettings", "SubscriptionStats", "Topic", "TopicSettings", "TopicStats"]

@@ -1,5 +1,6 @@
 """redq.aio.Client against a live redq: schedule, cancel, reschedule and the AdminService's snake_case methods."""
 
+import asyncio
 import datetime
 import inspect
 import re
@@ -68,7 +69,7 @@ class ClientTest(unittest.IsolatedAsyncioTestCase):
     async def test_every_admin_rpc_has_a_snake_case_method(self):
         service = redq.admin_pb2.DESCRIPTOR.services_by_name["AdminService"]
         names = [re.sub(r"(?<!^)(?=[A-Z])", "_", method.name).lower() for method in service.methods]
-        self.assertEqual(len(names), 14)
+        self.assertEqual(len(names), 18)
         for name in names:
             self.assertTrue(inspect.iscoroutinefunction(getattr(redq.aio.Client, name)), name)
             self.assertTrue(callable(getattr(redq.Client, name)), name)
@@ -103,6 +104,36 @@ class ClientTest(unittest.IsolatedAsyncioTestCase):
         with self.assertRaises(redq.RedqError) as caught:
             await self.client.get_topic(topic)
         self.assertEqual(caught.exception.code, grpc.StatusCode.NOT_FOUND)
+
+    async def test_recurring_schedules(self):
+        topic = support.topic("recurring")
+        put = await self.client.put_schedule(topic, "tick", b"tick", every=1, attributes={"a": "b"})
+        self.assertIsInstance(put, redq.admin.Schedule)
+        self.assertEqual((put.every, put.runs), (datetime.timedelta(seconds=1), 0))
+        self.assertIsInstance(put.next_run, datetime.datetime)
+        nightly = await self.client.put_schedule(topic, "nightly", b"run", cron="0 2 * * *",
+                                                 time_zone="Europe/Paris", paused=True)
+        self.assertIsNone(nightly.next_run)
+        for _ in range(100):
+            tick = await self.client.get_schedule(topic, "tick")
+            if tick.runs:
+                break
+            await asyncio.sleep(0.1)
+        self.assertGreaterEqual(tick.runs, 1)
+        self.assertIsInstance(tick.last_run, datetime.datetime)
+        page = await self.client.list_schedules(topic, page_size=1)
+        self.assertEqual(([s.name for s in page.items], page.next_page_token), (["nightly"], "nightly"))
+        page = await self.client.list_schedules(topic, page_token=page.next_page_token)
+        self.assertEqual(([s.name for s in page.items], page.next_page_token), (["tick"], ""))
+        self.assertIsNone(await self.client.delete_schedule(topic, "tick"))
+        with self.assertRaises(redq.RedqError) as caught:
+            await self.client.get_schedule(topic, "tick")
+        self.assertEqual(caught.exception.code, grpc.StatusCode.NOT_FOUND)
+        with self.assertRaises(redq.RedqError) as caught:
+            await self.client.put_schedule(topic, "bad", b"x", cron="61 * * * *")
+        self.assertEqual(caught.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("schedule.cron", caught.exception.message)
+        await self.client.delete_topic(topic)
 
     async def test_subscription_admin_dead_letters_and_seek(self):
         topic = support.topic("subadmin")

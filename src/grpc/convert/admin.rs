@@ -1,13 +1,16 @@
 //! AdminService's requests into the model, and the model into its responses.
 
-use super::queue::message;
-use super::{delivery_attempts_default, lease_duration, page_size_or_default, timestamp_ms};
+use super::queue::{message, publish_message};
+use super::{
+    check_name, delivery_attempts_default, lease_duration, page_size_or_default, timestamp_ms,
+};
 use crate::broker::{SeekTarget, SubscriptionView, TopicView};
 use crate::config::Limits;
 use crate::error::{Error, Result};
 use crate::model::{
     DEFAULT_MAX_BLOCKED, DeadLetter, DeadLetterReason, DeliveryLimits, Filter, GroupStart,
-    RetryPolicy, SubscriptionSettings, SubscriptionUpdate, TopicKind, TopicSettings, is_entry_id,
+    MAX_CATCH_UP, NewMessage, Recurrence, RetryPolicy, Schedule, ScheduleMessage, ScheduleSpec,
+    ScheduleState, SubscriptionSettings, SubscriptionUpdate, TopicKind, TopicSettings, is_entry_id,
 };
 use crate::pb;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -378,4 +381,173 @@ fn duration_pb(d: Duration) -> prost_types::Duration {
         seconds: d.as_secs() as i64,
         nanos: d.subsec_nanos() as i32,
     }
+}
+
+/// A time of a schedule, in ms since the Unix epoch.
+fn schedule_time(field: &str, time: Option<prost_types::Timestamp>) -> Result<Option<u64>> {
+    time.map(|time| {
+        SystemTime::try_from(time)
+            .ok()
+            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+            .map(|d| d.as_millis() as u64)
+            .ok_or_else(|| Error::invalid(field, "is not a valid time after 1970"))
+    })
+    .transpose()
+}
+
+/// A PutSchedule's schedule: its topic, name and spec, validated (output
+/// only fields are ignored).
+pub fn schedule_spec(
+    schedule: Option<pb::Schedule>,
+    limits: &Limits,
+) -> Result<(String, String, ScheduleSpec)> {
+    let pb::Schedule {
+        topic,
+        name,
+        cron,
+        every,
+        time_zone,
+        message,
+        start_time,
+        end_time,
+        paused,
+        catch_up,
+        next_run: _,
+        last_run: _,
+        runs: _,
+    } = schedule.ok_or_else(|| Error::invalid("schedule", "is required"))?;
+    let message = schedule_message(message, limits)?;
+    let every = every
+        .map(|every| {
+            Duration::try_from(every)
+                .map_err(|_| Error::invalid("schedule.every", "must be at least 1s"))
+        })
+        .transpose()?;
+    let start_ms = schedule_time("schedule.start_time", start_time)?;
+    let end_ms = schedule_time("schedule.end_time", end_time)?;
+    if let (Some(start), Some(end)) = (start_ms, end_ms)
+        && end < start
+    {
+        return Err(Error::invalid(
+            "schedule.end_time",
+            "before schedule.start_time",
+        ));
+    }
+    if catch_up > MAX_CATCH_UP {
+        return Err(Error::invalid(
+            "schedule.catch_up",
+            format!("at most {MAX_CATCH_UP}"),
+        ));
+    }
+    let spec = ScheduleSpec {
+        cron,
+        every,
+        time_zone,
+        message,
+        start_ms,
+        end_ms,
+        paused,
+        catch_up,
+    };
+    Recurrence::new(&spec).map_err(|err| {
+        let field = err
+            .field
+            .split(", ")
+            .map(|field| format!("schedule.{field}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        Error::invalid(field, err.reason)
+    })?;
+    Ok((topic, name, spec))
+}
+
+/// What each run of a schedule publishes: a message to publish now, with no
+/// dedupe id and no attribute in redq's `redq-` namespace.
+fn schedule_message(
+    message: Option<pb::PublishMessage>,
+    limits: &Limits,
+) -> Result<ScheduleMessage> {
+    let message = message.ok_or_else(|| Error::invalid("schedule.message", "is required"))?;
+    for (field, set) in [
+        ("schedule.message.deliver_at", message.deliver_at.is_some()),
+        ("schedule.message.delay", message.delay.is_some()),
+        ("schedule.message.dedupe_id", !message.dedupe_id.is_empty()),
+    ] {
+        if set {
+            return Err(Error::invalid(
+                field,
+                "must not be set: each run publishes at its nominal time",
+            ));
+        }
+    }
+    if let Some(key) = message.attributes.keys().find(|k| k.starts_with("redq-")) {
+        return Err(Error::invalid(
+            format!("schedule.message.attributes[{key:?}]"),
+            "attributes starting with redq- are set by redq",
+        ));
+    }
+    let NewMessage {
+        payload,
+        attributes,
+        ordering_key,
+        dedupe_id: _,
+        due: _,
+    } = publish_message("schedule.message.", message, limits)?;
+    Ok(ScheduleMessage {
+        payload,
+        attributes,
+        ordering_key,
+    })
+}
+
+/// A schedule as the API shows it.
+pub fn schedule_pb(topic: &str, schedule: Schedule) -> pb::Schedule {
+    let Schedule { name, spec, state } = schedule;
+    let ScheduleSpec {
+        cron,
+        every,
+        time_zone,
+        message,
+        start_ms,
+        end_ms,
+        paused,
+        catch_up,
+    } = spec;
+    let ScheduleState {
+        next_ms,
+        last_ms,
+        runs,
+    } = state;
+    pb::Schedule {
+        topic: topic.to_owned(),
+        name,
+        cron,
+        every: every.and_then(|every| prost_types::Duration::try_from(every).ok()),
+        time_zone,
+        message: Some(pb::PublishMessage {
+            payload: message.payload,
+            attributes: message.attributes,
+            ordering_key: message.ordering_key,
+            ..Default::default()
+        }),
+        start_time: start_ms.map(timestamp_ms),
+        end_time: end_ms.map(timestamp_ms),
+        paused,
+        catch_up,
+        next_run: next_ms.map(timestamp_ms),
+        last_run: last_ms.map(timestamp_ms),
+        runs,
+    }
+}
+
+/// Page size and position of a ListSchedules request: the token is the
+/// last name of the previous page.
+pub fn schedule_page(page_size: u32, page_token: &str) -> Result<(u32, Option<String>)> {
+    let page_size = page_size_or_default(page_size)?;
+    if page_token.is_empty() {
+        return Ok((page_size, None));
+    }
+    check_name("page_token", page_token)
+        .map_err(|_| Error::invalid("page_token", "is not a token redq issued"))?;
+    Ok((page_size, Some(page_token.to_owned())))
 }

@@ -6,8 +6,9 @@ mod admin;
 mod queue;
 
 pub use admin::{
-    dead_letter, dead_letter_ids_valid, dead_letter_page, new_subscription, seek_target,
-    subscription_pb, subscription_update, topic_pb, topic_settings,
+    dead_letter, dead_letter_ids_valid, dead_letter_page, new_subscription, schedule_page,
+    schedule_pb, schedule_spec, seek_target, subscription_pb, subscription_update, topic_pb,
+    topic_settings,
 };
 pub use queue::{
     ack_confirmation, ack_ids, deliveries, due, flow_control_update, message_id, nack_delay,

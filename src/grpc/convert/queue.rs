@@ -86,7 +86,7 @@ pub fn scheduled_message(
 }
 
 /// One message to publish; `prefix` locates it in the request (`messages[3].`).
-fn publish_message(
+pub(super) fn publish_message(
     prefix: &str,
     message: pb::PublishMessage,
     limits: &Limits,

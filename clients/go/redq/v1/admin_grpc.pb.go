@@ -44,6 +44,16 @@ type AdminServiceClient interface {
 	// Seek moves a subscription to a time or a message id: messages from there
 	// on are delivered (again), earlier ones are skipped.
 	Seek(ctx context.Context, in *SeekRequest, opts ...grpc.CallOption) (*SeekResponse, error)
+	// Recurring schedules (docs/schedules.md): each run publishes one message
+	// to the topic, exactly once per nominal time across replicas.
+	// PutSchedule creates a schedule, or replaces the one of the same topic
+	// and name (its runs continue after the last one); an unknown topic is
+	// created as Publish creates it.
+	PutSchedule(ctx context.Context, in *PutScheduleRequest, opts ...grpc.CallOption) (*Schedule, error)
+	GetSchedule(ctx context.Context, in *GetScheduleRequest, opts ...grpc.CallOption) (*Schedule, error)
+	// A topic's schedules by name, paged.
+	ListSchedules(ctx context.Context, in *ListSchedulesRequest, opts ...grpc.CallOption) (*ListSchedulesResponse, error)
+	DeleteSchedule(ctx context.Context, in *DeleteScheduleRequest, opts ...grpc.CallOption) (*DeleteScheduleResponse, error)
 }
 
 type adminServiceClient struct {
@@ -180,6 +190,42 @@ func (c *adminServiceClient) Seek(ctx context.Context, in *SeekRequest, opts ...
 	return out, nil
 }
 
+func (c *adminServiceClient) PutSchedule(ctx context.Context, in *PutScheduleRequest, opts ...grpc.CallOption) (*Schedule, error) {
+	out := new(Schedule)
+	err := c.cc.Invoke(ctx, "/redq.v1.AdminService/PutSchedule", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) GetSchedule(ctx context.Context, in *GetScheduleRequest, opts ...grpc.CallOption) (*Schedule, error) {
+	out := new(Schedule)
+	err := c.cc.Invoke(ctx, "/redq.v1.AdminService/GetSchedule", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) ListSchedules(ctx context.Context, in *ListSchedulesRequest, opts ...grpc.CallOption) (*ListSchedulesResponse, error) {
+	out := new(ListSchedulesResponse)
+	err := c.cc.Invoke(ctx, "/redq.v1.AdminService/ListSchedules", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) DeleteSchedule(ctx context.Context, in *DeleteScheduleRequest, opts ...grpc.CallOption) (*DeleteScheduleResponse, error) {
+	out := new(DeleteScheduleResponse)
+	err := c.cc.Invoke(ctx, "/redq.v1.AdminService/DeleteSchedule", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility
@@ -211,6 +257,16 @@ type AdminServiceServer interface {
 	// Seek moves a subscription to a time or a message id: messages from there
 	// on are delivered (again), earlier ones are skipped.
 	Seek(context.Context, *SeekRequest) (*SeekResponse, error)
+	// Recurring schedules (docs/schedules.md): each run publishes one message
+	// to the topic, exactly once per nominal time across replicas.
+	// PutSchedule creates a schedule, or replaces the one of the same topic
+	// and name (its runs continue after the last one); an unknown topic is
+	// created as Publish creates it.
+	PutSchedule(context.Context, *PutScheduleRequest) (*Schedule, error)
+	GetSchedule(context.Context, *GetScheduleRequest) (*Schedule, error)
+	// A topic's schedules by name, paged.
+	ListSchedules(context.Context, *ListSchedulesRequest) (*ListSchedulesResponse, error)
+	DeleteSchedule(context.Context, *DeleteScheduleRequest) (*DeleteScheduleResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -259,6 +315,18 @@ func (UnimplementedAdminServiceServer) PurgeDeadLetters(context.Context, *PurgeD
 }
 func (UnimplementedAdminServiceServer) Seek(context.Context, *SeekRequest) (*SeekResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Seek not implemented")
+}
+func (UnimplementedAdminServiceServer) PutSchedule(context.Context, *PutScheduleRequest) (*Schedule, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method PutSchedule not implemented")
+}
+func (UnimplementedAdminServiceServer) GetSchedule(context.Context, *GetScheduleRequest) (*Schedule, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method GetSchedule not implemented")
+}
+func (UnimplementedAdminServiceServer) ListSchedules(context.Context, *ListSchedulesRequest) (*ListSchedulesResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ListSchedules not implemented")
+}
+func (UnimplementedAdminServiceServer) DeleteSchedule(context.Context, *DeleteScheduleRequest) (*DeleteScheduleResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method DeleteSchedule not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 
@@ -525,6 +593,78 @@ func _AdminService_Seek_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_PutSchedule_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PutScheduleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).PutSchedule(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/redq.v1.AdminService/PutSchedule",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).PutSchedule(ctx, req.(*PutScheduleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_GetSchedule_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetScheduleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).GetSchedule(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/redq.v1.AdminService/GetSchedule",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).GetSchedule(ctx, req.(*GetScheduleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_ListSchedules_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListSchedulesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ListSchedules(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/redq.v1.AdminService/ListSchedules",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ListSchedules(ctx, req.(*ListSchedulesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_DeleteSchedule_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteScheduleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).DeleteSchedule(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/redq.v1.AdminService/DeleteSchedule",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).DeleteSchedule(ctx, req.(*DeleteScheduleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 var _AdminService_serviceDesc = grpc.ServiceDesc{
 	ServiceName: "redq.v1.AdminService",
 	HandlerType: (*AdminServiceServer)(nil),
@@ -584,6 +724,22 @@ var _AdminService_serviceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Seek",
 			Handler:    _AdminService_Seek_Handler,
+		},
+		{
+			MethodName: "PutSchedule",
+			Handler:    _AdminService_PutSchedule_Handler,
+		},
+		{
+			MethodName: "GetSchedule",
+			Handler:    _AdminService_GetSchedule_Handler,
+		},
+		{
+			MethodName: "ListSchedules",
+			Handler:    _AdminService_ListSchedules_Handler,
+		},
+		{
+			MethodName: "DeleteSchedule",
+			Handler:    _AdminService_DeleteSchedule_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

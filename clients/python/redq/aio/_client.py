@@ -6,7 +6,7 @@ from typing import Any, Awaitable, Callable, Iterable, Literal, Mapping, Optiona
 
 import grpc
 
-from .. import _security, _unary, admin
+from .. import _common, _security, _unary, admin
 from .._common import ChannelOptions, Payload, RedqError, Seconds, Time
 from .._security import Pem, Tls
 from .._unary import RescheduleResult, ScheduleResult
@@ -194,6 +194,45 @@ class Client:
         """Moves the subscription to a time (datetime or epoch seconds) or a message id: messages from there
         on are delivered (again), earlier ones skipped."""
         await self._call(self._admin.Seek, _unary.seek_request(topic, subscription, time, message_id))
+
+    # ---- recurring schedules
+
+    async def put_schedule(self, topic: str, name: str, payload: Payload, *, cron: str = "",
+                           every: Optional[Seconds] = None, time_zone: str = "",
+                           attributes: Optional[Mapping[str, str]] = None, ordering_key: str = "",
+                           start_time: Optional[Time] = None, end_time: Optional[Time] = None,
+                           paused: bool = False, catch_up: int = 0) -> admin.Schedule:
+        """Creates the recurring schedule, or replaces the one of that topic and name; returns its
+        redq.admin.Schedule with its next run. Exactly one of cron (5 fields, or 6 with seconds
+        first, in time_zone) and every (a timedelta or seconds) must be given."""
+        schedule = admin_pb2.Schedule(topic=topic, name=name, cron=cron, time_zone=time_zone, paused=paused,
+                                      catch_up=catch_up,
+                                      message=pb.PublishMessage(payload=_common.as_payload(payload),
+                                                                attributes=dict(attributes or {}),
+                                                                ordering_key=ordering_key))
+        if every is not None:
+            schedule.every.CopyFrom(_common.to_duration(every, "every"))
+        if start_time is not None:
+            schedule.start_time.CopyFrom(_common.to_timestamp(start_time, "start_time"))
+        if end_time is not None:
+            schedule.end_time.CopyFrom(_common.to_timestamp(end_time, "end_time"))
+        request = admin_pb2.PutScheduleRequest(schedule=schedule)
+        return admin.Schedule.from_proto(await self._call(self._admin.PutSchedule, request))
+
+    async def get_schedule(self, topic: str, name: str) -> admin.Schedule:
+        """The schedule's redq.admin.Schedule (NOT_FOUND if there is none)."""
+        request = admin_pb2.GetScheduleRequest(topic=topic, name=name)
+        return admin.Schedule.from_proto(await self._call(self._admin.GetSchedule, request))
+
+    async def list_schedules(self, topic: str, *, page_size: int = 0,
+                             page_token: str = "") -> admin.Page[admin.Schedule]:
+        """One page of the topic's schedules in name order (redq.admin.Page of Schedule)."""
+        request = admin_pb2.ListSchedulesRequest(topic=topic, page_size=page_size, page_token=page_token)
+        return _unary.schedules_page(await self._call(self._admin.ListSchedules, request))
+
+    async def delete_schedule(self, topic: str, name: str) -> None:
+        """Deletes the schedule (NOT_FOUND if there is none)."""
+        await self._call(self._admin.DeleteSchedule, admin_pb2.DeleteScheduleRequest(topic=topic, name=name))
 
     async def close(self) -> None:
         """Closes the channel, if this Client made it."""

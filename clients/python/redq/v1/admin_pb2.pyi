@@ -127,7 +127,7 @@ class DeleteTopicResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class SubscriptionSettings(_message.Message):
-    __slots__ = ("ack_deadline", "retry_policy", "max_delivery_attempts", "dead_lettering", "start", "message_ordering", "max_blocked", "filter")
+    __slots__ = ("ack_deadline", "retry_policy", "max_delivery_attempts", "dead_lettering", "start", "message_ordering", "max_blocked", "filter", "max_deliveries_per_second", "burst", "max_outstanding")
     ACK_DEADLINE_FIELD_NUMBER: _ClassVar[int]
     RETRY_POLICY_FIELD_NUMBER: _ClassVar[int]
     MAX_DELIVERY_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
@@ -136,6 +136,9 @@ class SubscriptionSettings(_message.Message):
     MESSAGE_ORDERING_FIELD_NUMBER: _ClassVar[int]
     MAX_BLOCKED_FIELD_NUMBER: _ClassVar[int]
     FILTER_FIELD_NUMBER: _ClassVar[int]
+    MAX_DELIVERIES_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    BURST_FIELD_NUMBER: _ClassVar[int]
+    MAX_OUTSTANDING_FIELD_NUMBER: _ClassVar[int]
     ack_deadline: _duration_pb2.Duration
     retry_policy: _queue_pb2.RetryPolicy
     max_delivery_attempts: int
@@ -144,7 +147,10 @@ class SubscriptionSettings(_message.Message):
     message_ordering: bool
     max_blocked: int
     filter: str
-    def __init__(self, ack_deadline: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., retry_policy: _Optional[_Union[_queue_pb2.RetryPolicy, _Mapping]] = ..., max_delivery_attempts: _Optional[int] = ..., dead_lettering: _Optional[bool] = ..., start: _Optional[_Union[_queue_pb2.StartPosition, str]] = ..., message_ordering: _Optional[bool] = ..., max_blocked: _Optional[int] = ..., filter: _Optional[str] = ...) -> None: ...
+    max_deliveries_per_second: float
+    burst: int
+    max_outstanding: int
+    def __init__(self, ack_deadline: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., retry_policy: _Optional[_Union[_queue_pb2.RetryPolicy, _Mapping]] = ..., max_delivery_attempts: _Optional[int] = ..., dead_lettering: _Optional[bool] = ..., start: _Optional[_Union[_queue_pb2.StartPosition, str]] = ..., message_ordering: _Optional[bool] = ..., max_blocked: _Optional[int] = ..., filter: _Optional[str] = ..., max_deliveries_per_second: _Optional[float] = ..., burst: _Optional[int] = ..., max_outstanding: _Optional[int] = ...) -> None: ...
 
 class ConsumerStats(_message.Message):
     __slots__ = ("name", "pending", "idle")
@@ -157,7 +163,7 @@ class ConsumerStats(_message.Message):
     def __init__(self, name: _Optional[str] = ..., pending: _Optional[int] = ..., idle: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class SubscriptionStats(_message.Message):
-    __slots__ = ("pending", "lag", "oldest_unacked_age", "consumers", "dead_letters", "acked_count", "active_keys", "blocked", "oldest_blocked_age", "at_blocked_cap")
+    __slots__ = ("pending", "lag", "oldest_unacked_age", "consumers", "dead_letters", "acked_count", "active_keys", "blocked", "oldest_blocked_age", "at_blocked_cap", "rate_limited", "at_max_outstanding")
     PENDING_FIELD_NUMBER: _ClassVar[int]
     LAG_FIELD_NUMBER: _ClassVar[int]
     OLDEST_UNACKED_AGE_FIELD_NUMBER: _ClassVar[int]
@@ -168,6 +174,8 @@ class SubscriptionStats(_message.Message):
     BLOCKED_FIELD_NUMBER: _ClassVar[int]
     OLDEST_BLOCKED_AGE_FIELD_NUMBER: _ClassVar[int]
     AT_BLOCKED_CAP_FIELD_NUMBER: _ClassVar[int]
+    RATE_LIMITED_FIELD_NUMBER: _ClassVar[int]
+    AT_MAX_OUTSTANDING_FIELD_NUMBER: _ClassVar[int]
     pending: int
     lag: int
     oldest_unacked_age: _duration_pb2.Duration
@@ -178,7 +186,9 @@ class SubscriptionStats(_message.Message):
     blocked: int
     oldest_blocked_age: _duration_pb2.Duration
     at_blocked_cap: bool
-    def __init__(self, pending: _Optional[int] = ..., lag: _Optional[int] = ..., oldest_unacked_age: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., consumers: _Optional[_Iterable[_Union[ConsumerStats, _Mapping]]] = ..., dead_letters: _Optional[int] = ..., acked_count: _Optional[int] = ..., active_keys: _Optional[int] = ..., blocked: _Optional[int] = ..., oldest_blocked_age: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., at_blocked_cap: _Optional[bool] = ...) -> None: ...
+    rate_limited: bool
+    at_max_outstanding: bool
+    def __init__(self, pending: _Optional[int] = ..., lag: _Optional[int] = ..., oldest_unacked_age: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., consumers: _Optional[_Iterable[_Union[ConsumerStats, _Mapping]]] = ..., dead_letters: _Optional[int] = ..., acked_count: _Optional[int] = ..., active_keys: _Optional[int] = ..., blocked: _Optional[int] = ..., oldest_blocked_age: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., at_blocked_cap: _Optional[bool] = ..., rate_limited: _Optional[bool] = ..., at_max_outstanding: _Optional[bool] = ...) -> None: ...
 
 class Subscription(_message.Message):
     __slots__ = ("topic", "name", "settings", "stats")
@@ -325,5 +335,79 @@ class SeekRequest(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., message_id: _Optional[str] = ...) -> None: ...
 
 class SeekResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class Schedule(_message.Message):
+    __slots__ = ("topic", "name", "cron", "every", "time_zone", "message", "start_time", "end_time", "paused", "catch_up", "next_run", "last_run", "runs")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    CRON_FIELD_NUMBER: _ClassVar[int]
+    EVERY_FIELD_NUMBER: _ClassVar[int]
+    TIME_ZONE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    START_TIME_FIELD_NUMBER: _ClassVar[int]
+    END_TIME_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_FIELD_NUMBER: _ClassVar[int]
+    CATCH_UP_FIELD_NUMBER: _ClassVar[int]
+    NEXT_RUN_FIELD_NUMBER: _ClassVar[int]
+    LAST_RUN_FIELD_NUMBER: _ClassVar[int]
+    RUNS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    name: str
+    cron: str
+    every: _duration_pb2.Duration
+    time_zone: str
+    message: _queue_pb2.PublishMessage
+    start_time: _timestamp_pb2.Timestamp
+    end_time: _timestamp_pb2.Timestamp
+    paused: bool
+    catch_up: int
+    next_run: _timestamp_pb2.Timestamp
+    last_run: _timestamp_pb2.Timestamp
+    runs: int
+    def __init__(self, topic: _Optional[str] = ..., name: _Optional[str] = ..., cron: _Optional[str] = ..., every: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., time_zone: _Optional[str] = ..., message: _Optional[_Union[_queue_pb2.PublishMessage, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., paused: _Optional[bool] = ..., catch_up: _Optional[int] = ..., next_run: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_run: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., runs: _Optional[int] = ...) -> None: ...
+
+class PutScheduleRequest(_message.Message):
+    __slots__ = ("schedule",)
+    SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    schedule: Schedule
+    def __init__(self, schedule: _Optional[_Union[Schedule, _Mapping]] = ...) -> None: ...
+
+class GetScheduleRequest(_message.Message):
+    __slots__ = ("topic", "name")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    name: str
+    def __init__(self, topic: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
+
+class ListSchedulesRequest(_message.Message):
+    __slots__ = ("topic", "page_size", "page_token")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    page_size: int
+    page_token: str
+    def __init__(self, topic: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListSchedulesResponse(_message.Message):
+    __slots__ = ("schedules", "next_page_token")
+    SCHEDULES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    schedules: _containers.RepeatedCompositeFieldContainer[Schedule]
+    next_page_token: str
+    def __init__(self, schedules: _Optional[_Iterable[_Union[Schedule, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class DeleteScheduleRequest(_message.Message):
+    __slots__ = ("topic", "name")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    name: str
+    def __init__(self, topic: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
+
+class DeleteScheduleResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

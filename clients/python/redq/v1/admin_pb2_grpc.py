@@ -104,6 +104,26 @@ class AdminServiceStub:
                 request_serializer=redq_dot_v1_dot_admin__pb2.SeekRequest.SerializeToString,
                 response_deserializer=redq_dot_v1_dot_admin__pb2.SeekResponse.FromString,
                 _registered_method=True)
+        self.PutSchedule = channel.unary_unary(
+                '/redq.v1.AdminService/PutSchedule',
+                request_serializer=redq_dot_v1_dot_admin__pb2.PutScheduleRequest.SerializeToString,
+                response_deserializer=redq_dot_v1_dot_admin__pb2.Schedule.FromString,
+                _registered_method=True)
+        self.GetSchedule = channel.unary_unary(
+                '/redq.v1.AdminService/GetSchedule',
+                request_serializer=redq_dot_v1_dot_admin__pb2.GetScheduleRequest.SerializeToString,
+                response_deserializer=redq_dot_v1_dot_admin__pb2.Schedule.FromString,
+                _registered_method=True)
+        self.ListSchedules = channel.unary_unary(
+                '/redq.v1.AdminService/ListSchedules',
+                request_serializer=redq_dot_v1_dot_admin__pb2.ListSchedulesRequest.SerializeToString,
+                response_deserializer=redq_dot_v1_dot_admin__pb2.ListSchedulesResponse.FromString,
+                _registered_method=True)
+        self.DeleteSchedule = channel.unary_unary(
+                '/redq.v1.AdminService/DeleteSchedule',
+                request_serializer=redq_dot_v1_dot_admin__pb2.DeleteScheduleRequest.SerializeToString,
+                response_deserializer=redq_dot_v1_dot_admin__pb2.DeleteScheduleResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -206,6 +226,36 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PutSchedule(self, request, context):
+        """Recurring schedules (docs/schedules.md): each run publishes one message
+        to the topic, exactly once per nominal time across replicas.
+        PutSchedule creates a schedule, or replaces the one of the same topic
+        and name (its runs continue after the last one); an unknown topic is
+        created as Publish creates it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetSchedule(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListSchedules(self, request, context):
+        """A topic's schedules by name, paged.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteSchedule(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -278,6 +328,26 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.Seek,
                     request_deserializer=redq_dot_v1_dot_admin__pb2.SeekRequest.FromString,
                     response_serializer=redq_dot_v1_dot_admin__pb2.SeekResponse.SerializeToString,
+            ),
+            'PutSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.PutSchedule,
+                    request_deserializer=redq_dot_v1_dot_admin__pb2.PutScheduleRequest.FromString,
+                    response_serializer=redq_dot_v1_dot_admin__pb2.Schedule.SerializeToString,
+            ),
+            'GetSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetSchedule,
+                    request_deserializer=redq_dot_v1_dot_admin__pb2.GetScheduleRequest.FromString,
+                    response_serializer=redq_dot_v1_dot_admin__pb2.Schedule.SerializeToString,
+            ),
+            'ListSchedules': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSchedules,
+                    request_deserializer=redq_dot_v1_dot_admin__pb2.ListSchedulesRequest.FromString,
+                    response_serializer=redq_dot_v1_dot_admin__pb2.ListSchedulesResponse.SerializeToString,
+            ),
+            'DeleteSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteSchedule,
+                    request_deserializer=redq_dot_v1_dot_admin__pb2.DeleteScheduleRequest.FromString,
+                    response_serializer=redq_dot_v1_dot_admin__pb2.DeleteScheduleResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -658,6 +728,114 @@ class AdminService:
             '/redq.v1.AdminService/Seek',
             redq_dot_v1_dot_admin__pb2.SeekRequest.SerializeToString,
             redq_dot_v1_dot_admin__pb2.SeekResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PutSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/redq.v1.AdminService/PutSchedule',
+            redq_dot_v1_dot_admin__pb2.PutScheduleRequest.SerializeToString,
+            redq_dot_v1_dot_admin__pb2.Schedule.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/redq.v1.AdminService/GetSchedule',
+            redq_dot_v1_dot_admin__pb2.GetScheduleRequest.SerializeToString,
+            redq_dot_v1_dot_admin__pb2.Schedule.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSchedules(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/redq.v1.AdminService/ListSchedules',
+            redq_dot_v1_dot_admin__pb2.ListSchedulesRequest.SerializeToString,
+            redq_dot_v1_dot_admin__pb2.ListSchedulesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/redq.v1.AdminService/DeleteSchedule',
+            redq_dot_v1_dot_admin__pb2.DeleteScheduleRequest.SerializeToString,
+            redq_dot_v1_dot_admin__pb2.DeleteScheduleResponse.FromString,
             options,
             channel_credentials,
             insecure,
