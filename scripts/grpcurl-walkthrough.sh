@@ -335,6 +335,13 @@ LIST_ACK=$(jget '.messages[].ackId' <<<"$OUT")
 call "Ack (LIST)" -d '{"topic":"'"$LTOPIC"'","subscription":"mailer","ack_ids":["'"$LIST_ACK"'"]}' \
   "$ADDR" redq.v1.QueueService/Ack
 
+# Limits (README "Limits"): set on a subscription by UpdateSubscription.
+call "CreateSubscription (limits)" -d '{"topic":"'"$TOPIC"'","name":"limited"}' \
+  "$ADDR" redq.v1.AdminService/CreateSubscription
+call "UpdateSubscription (limits)" -d '{"topic":"'"$TOPIC"'","name":"limited","settings":{"max_deliveries_per_second":50,
+  "max_outstanding":20}}' "$ADDR" redq.v1.AdminService/UpdateSubscription
+expect '"maxDeliveriesPerSecond": 50' '"maxOutstanding": 20'
+
 # Recurring schedules (README "Recurring schedules"): the README's nightly
 # schedule, then one every second, whose runs GetSchedule counts.
 STOPIC="$TOPIC-schedules"
@@ -365,4 +372,4 @@ fi
 
 STEP=""
 echo
-echo "walkthrough: OK (list, describe, health, publish, schedule, cancel, subscribe, ack, admin stats, publish stream, streaming subscribe, ordering, idempotent publish, an EPHEMERAL pattern stream, a LIST topic, recurring schedules)"
+echo "walkthrough: OK (list, describe, health, publish, schedule, cancel, subscribe, ack, admin stats, publish stream, streaming subscribe, ordering, idempotent publish, an EPHEMERAL pattern stream, a LIST topic, limits, recurring schedules)"

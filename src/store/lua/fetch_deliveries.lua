@@ -203,9 +203,22 @@ if max_leased > 0 then allowed = math.min(allowed, math.max(0, max_leased - leas
 if max_unacked_bytes > 0 and room > 0 then
   local held_bytes = 0
   if held > 0 and max_unacked_bytes - held * max_entry < max_bytes then
-    for _, entry in ipairs(redis.call('XPENDING', stream, group, '-', '+', held, consumer)) do
-      local found = redis.call('XRANGE', stream, entry[1], entry[1])[1]
-      if found then held_bytes = held_bytes + size_of(found[2]) end
+    local pending = redis.call('XPENDING', stream, group, '-', '+', held, consumer)
+    local mine = {}
+    for _, entry in ipairs(pending) do mine[entry[1]] = true end
+    -- Mostly the consumer's entries lie close together: one read of their
+    -- span, unless other consumers' entries make it much longer.
+    local first, last = pending[1][1], pending[#pending][1]
+    local span = redis.call('XRANGE', stream, first, last, 'COUNT', 4 * #pending)
+    if #span < 4 * #pending or span[#span][1] == last then
+      for _, entry in ipairs(span) do
+        if mine[entry[1]] then held_bytes = held_bytes + size_of(entry[2]) end
+      end
+    else
+      for _, entry in ipairs(pending) do
+        local found = redis.call('XRANGE', stream, entry[1], entry[1])[1]
+        if found then held_bytes = held_bytes + size_of(found[2]) end
+      end
     end
   end
   if held_bytes >= max_unacked_bytes then
