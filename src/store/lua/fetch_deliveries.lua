@@ -183,7 +183,7 @@ room = max_outstanding - held
 -- bucket (`tok` tokens at `tts`) refills at `rate` per second up to `burst`;
 -- it is written back only when this call takes tokens (the refill of a call
 -- that takes none comes out the same when counted later).
-local limits = redis.call('HMGET', settings, 'rate', 'burst', 'mout', 'tok', 'tts')
+local limits = redis.call('HMGET', settings, 'rate', 'burst', 'mout', 'tok', 'tts', 'msz')
 local rate, max_leased = tonumber(limits[1]) or 0, tonumber(limits[3]) or 0
 local tokens, capacity
 if rate > 0 then
@@ -196,13 +196,16 @@ end
 if max_leased > 0 then allowed = math.min(allowed, math.max(0, max_leased - leased)) end
 
 -- A limit on the bytes the consumer holds: this fetch hands out no more than
--- the limit less the sizes of the consumer's pending entries, which are
--- summed only when entries of the largest size could make the limit bind.
--- At the limit the consumer has no room, and waits for an ack as a consumer
--- at its count does.
+-- the limit less the sizes of the consumer's pending entries. They are
+-- summed only when that many entries of the largest size such fetches have
+-- handed out (`msz`; else of the largest size a message can have) could make
+-- the limit bind: with small messages, never. At the limit the consumer has
+-- no room, and waits for an ack as a consumer at its count does.
+local largest_out = tonumber(limits[6]) or 0
 if max_unacked_bytes > 0 and room > 0 then
   local held_bytes = 0
-  if held > 0 and max_unacked_bytes - held * max_entry < max_bytes then
+  local largest = largest_out > 0 and math.min(largest_out, max_entry) or max_entry
+  if held > 0 and max_unacked_bytes - held * largest < max_bytes then
     local pending = redis.call('XPENDING', stream, group, '-', '+', held, consumer)
     local mine = {}
     for _, entry in ipairs(pending) do mine[entry[1]] = true end
@@ -352,6 +355,11 @@ else
   if next[1] then wait = tonumber(next[2]) - now end
 end
 if bytes >= max_bytes then more = true end
+if max_unacked_bytes > 0 then
+  local largest = largest_out
+  for _, d in ipairs(out) do largest = math.max(largest, size_of(d[3])) end
+  if largest > largest_out then redis.call('HSET', settings, 'msz', largest) end
+end
 if tokens then
   local bucket_stopped = #out >= math.floor(tokens)
   if #out > 0 then
