@@ -91,7 +91,7 @@ test('admin requests: a field their message does not have', async () => {
   assert.ok(err instanceof TypeError);
   assert.equal(
     err.message,
-    "createSubscription request.settings: unknown field 'ack_deadline' (known: ackDeadline, retryPolicy, maxDeliveryAttempts, deadLettering, start, messageOrdering, maxBlocked, filter)",
+    "createSubscription request.settings: unknown field 'ack_deadline' (known: ackDeadline, retryPolicy, maxDeliveryAttempts, deadLettering, start, messageOrdering, maxBlocked, filter, maxDeliveriesPerSecond, burst, maxOutstanding)",
   );
   assert.match((await client.admin.getTopic({ topic: 't' }).catch((e) => e)).message, /^getTopic request: unknown field 'topic' \(known: name\)$/);
 });
